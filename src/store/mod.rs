@@ -1,0 +1,532 @@
+//! One RocksDB database per changelog partition, in Kafka Streams' KIP-1035 layout, written only
+//! through commits: every put and delete since the last commit plus the new applied offset go to
+//! RocksDB as one `WriteBatch`. With atomic flush forced on, whatever RocksDB persists, in the
+//! background or not, is the state as of some commit together with that commit's offset.
+
+pub mod format;
+pub mod lock;
+pub mod meta;
+pub mod options;
+
+use rocksdb::{FlushOptions, IteratorMode, WriteBatch, WriteOptions, DB};
+use std::fs;
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::dirty::{
+    self, Action, Identity, LogBounds, StoreFacts, StoredOffset, UncleanPolicy, WipeReason,
+};
+pub use format::TopicPartition;
+use format::{decode_i64, encode_i64, OFFSETS_CF, STATUS_CLOSED, STATUS_KEY, STATUS_OPEN};
+use lock::StoreLock;
+pub use options::{RocksDbOverrides, StoreOptions};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store {dir} is locked by {holder}; only one warmstore process may open a store")]
+    Locked { dir: PathBuf, holder: String },
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("RocksDB failed on {dir}: {source}")]
+    Rocks {
+        dir: PathBuf,
+        source: rocksdb::Error,
+    },
+    #[error("store {dir} has uncommitted writes and no offset to commit them at")]
+    UncommittedAtClose { dir: PathBuf },
+}
+
+impl StoreError {
+    /// RocksDB found the store's files damaged: the caller should wipe rather than retry.
+    pub fn is_corruption(&self) -> bool {
+        matches!(self, StoreError::Rocks { source, .. } if source.kind() == rocksdb::ErrorKind::Corruption)
+    }
+}
+
+/// Where one store partition lives. The lock and the wipe marker sit beside the database directory,
+/// so wiping the database never drops the lock or the marker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorePaths {
+    pub db: PathBuf,
+    pub lock: PathBuf,
+    pub marker: PathBuf,
+}
+
+impl StorePaths {
+    /// `<state_dir>/<store>/<partition>/`. The store name is validated by the config.
+    pub fn new(state_dir: &Path, store: &str, partition: i32) -> Self {
+        let parent = state_dir.join(store);
+        StorePaths {
+            db: parent.join(partition.to_string()),
+            lock: parent.join(format!("{partition}.lock")),
+            marker: parent.join(format!("{partition}.wiping")),
+        }
+    }
+}
+
+/// What `open` did, for logs and metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpenOutcome {
+    Resumed { applied: i64, unclean: bool },
+    Empty,
+    Wiped { reason: WipeReason, detail: String },
+}
+
+pub struct Store {
+    db: DB,
+    paths: StorePaths,
+    tp: TopicPartition,
+    offset_key: Vec<u8>,
+    options: StoreOptions,
+    write_options: WriteOptions,
+    /// The uncommitted buffer (KIP-892): nothing in it is visible to RocksDB until `commit`.
+    batch: WriteBatch,
+    applied: Option<i64>,
+    /// When the oldest commit not yet flushed was written.
+    unflushed_since: Option<Instant>,
+    _lock: StoreLock,
+}
+
+/// The time-bound flush rule (KAFKA-20663): flush once the oldest unflushed commit is `interval` old,
+/// so a crash with WAL off never sends a store back further than that.
+pub fn flush_due(unflushed_since: Option<Instant>, now: Instant, interval: Duration) -> bool {
+    unflushed_since.is_some_and(|since| now.saturating_duration_since(since) >= interval)
+}
+
+fn rocks(dir: &Path) -> impl FnOnce(rocksdb::Error) -> StoreError + '_ {
+    move |source| StoreError::Rocks {
+        dir: dir.to_path_buf(),
+        source,
+    }
+}
+
+fn io_at(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// State directories are 0750, as Kafka Streams makes them.
+pub fn create_private_dir(path: &Path) -> io::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o750)
+        .create(path)
+}
+
+impl Store {
+    /// Locks the store, applies the dirty rules to what is on disk and returns a store ready for
+    /// commits: resumed, empty, or wiped and recreated. `bounds` are the partition's offsets when the
+    /// broker could be asked; without them only the local rules apply.
+    pub fn open(
+        paths: StorePaths,
+        tp: TopicPartition,
+        options: &StoreOptions,
+        policy: UncleanPolicy,
+        bounds: Option<LogBounds>,
+    ) -> Result<(Store, OpenOutcome), StoreError> {
+        if let Some(parent) = paths.db.parent() {
+            create_private_dir(parent).map_err(io_at(parent))?;
+        }
+        let lock = StoreLock::acquire(&paths.lock, &paths.db)?;
+        let (facts, db) = probe(&paths, &tp, options);
+        let (db, outcome) = match dirty::decide(&facts, policy, bounds) {
+            Action::Resume { applied, unclean } => match db {
+                Some(db) => (db, OpenOutcome::Resumed { applied, unclean }),
+                None => unreachable!("a store with an offset was opened"),
+            },
+            Action::StartEmpty => match db {
+                Some(db) => (db, OpenOutcome::Empty),
+                None => (create_fresh(&paths, &tp, options)?, OpenOutcome::Empty),
+            },
+            Action::Wipe { reason, detail } => {
+                drop(db);
+                (
+                    wipe_and_create(&paths, &tp, options, reason, &detail)?,
+                    OpenOutcome::Wiped { reason, detail },
+                )
+            }
+        };
+        let applied = match outcome {
+            OpenOutcome::Resumed { applied, .. } => Some(applied),
+            _ => None,
+        };
+        let store = Store::ready(db, lock, paths, tp, options.clone(), applied)?;
+        Ok((store, outcome))
+    }
+
+    /// Marks the store open (`status` = 1, on disk) and sets up the empty buffer.
+    fn ready(
+        db: DB,
+        lock: StoreLock,
+        paths: StorePaths,
+        tp: TopicPartition,
+        options: StoreOptions,
+        applied: Option<i64>,
+    ) -> Result<Store, StoreError> {
+        if matches!(meta::read(&paths.db), Ok(None)) {
+            meta::write(&paths.db, &meta::StoreMeta::new(&tp)).map_err(io_at(&paths.db))?;
+        }
+        let mut write_options = WriteOptions::default();
+        write_options.disable_wal(!options.wal);
+        let mut store = Store {
+            db,
+            offset_key: tp.offset_key(),
+            tp,
+            options,
+            write_options,
+            batch: WriteBatch::default(),
+            applied,
+            unflushed_since: None,
+            _lock: lock,
+            paths,
+        };
+        // Flushed right away, so a crash at any later point is seen as one on the next open, even
+        // with the WAL off and before the first time-bound flush.
+        store.write_status(STATUS_OPEN)?;
+        store.flush()?;
+        Ok(store)
+    }
+
+    pub fn topic_partition(&self) -> &TopicPartition {
+        &self.tp
+    }
+
+    pub fn paths(&self) -> &StorePaths {
+        &self.paths
+    }
+
+    /// Offset of the last record whose effect is committed; `None` for an empty store.
+    pub fn applied(&self) -> Option<i64> {
+        self.applied
+    }
+
+    /// Buffers a put until the next commit.
+    pub fn put(&mut self, key: &[u8], value: &[u8]) {
+        self.batch.put(key, value);
+    }
+
+    /// Buffers a delete (a tombstone) until the next commit.
+    pub fn delete(&mut self, key: &[u8]) {
+        self.batch.delete(key);
+    }
+
+    /// Size of the uncommitted buffer, compared against `max_uncommitted_bytes`.
+    pub fn uncommitted_bytes(&self) -> usize {
+        self.batch.size_in_bytes()
+    }
+
+    pub fn has_uncommitted(&self) -> bool {
+        !self.batch.is_empty()
+    }
+
+    /// Writes the buffer and `applied_offset` as one batch, then flushes if the oldest unflushed
+    /// commit is older than the flush interval. On error the buffer is gone: the caller resumes from
+    /// `applied()`, which replays what was lost (replay is idempotent).
+    pub fn commit(&mut self, applied_offset: i64) -> Result<(), StoreError> {
+        let offsets = offsets_cf(&self.db, &self.paths.db)?;
+        let mut batch = std::mem::take(&mut self.batch);
+        batch.put_cf(offsets, &self.offset_key, encode_i64(applied_offset));
+        self.db
+            .write_opt(batch, &self.write_options)
+            .map_err(rocks(&self.paths.db))?;
+        self.applied = Some(applied_offset);
+        let now = Instant::now();
+        self.unflushed_since.get_or_insert(now);
+        self.maybe_flush(now)?;
+        Ok(())
+    }
+
+    /// Flushes when the time bound says so; also called on a timer so idle stores get flushed.
+    pub fn maybe_flush(&mut self, now: Instant) -> Result<bool, StoreError> {
+        if flush_due(self.unflushed_since, now, self.options.flush_interval) {
+            self.flush()?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// One atomic flush of every column family.
+    pub fn flush(&mut self) -> Result<(), StoreError> {
+        let offsets = offsets_cf(&self.db, &self.paths.db)?;
+        let default = self
+            .db
+            .cf_handle(rocksdb::DEFAULT_COLUMN_FAMILY_NAME)
+            .ok_or_else(|| missing_cf(&self.paths.db, rocksdb::DEFAULT_COLUMN_FAMILY_NAME))?;
+        let mut flush_options = FlushOptions::default();
+        flush_options.set_wait(true);
+        self.db
+            .flush_cfs_opt(&[default, offsets], &flush_options)
+            .map_err(rocks(&self.paths.db))?;
+        self.unflushed_since = None;
+        Ok(())
+    }
+
+    /// Clean close: commit what is buffered (at `applied_offset`), write `status` 0, flush, close.
+    pub fn close(mut self, applied_offset: Option<i64>) -> Result<(), StoreError> {
+        if self.has_uncommitted() {
+            let offset = applied_offset.ok_or_else(|| StoreError::UncommittedAtClose {
+                dir: self.paths.db.clone(),
+            })?;
+            self.commit(offset)?;
+        }
+        self.write_status(STATUS_CLOSED)?;
+        self.flush()
+    }
+
+    /// Destroys this store and recreates it empty, keeping the lock. Used when the log no longer
+    /// matches the store at run time (retention passed it, or the topic was recreated).
+    pub fn wipe(self, reason: WipeReason, detail: &str) -> Result<Store, StoreError> {
+        let Store {
+            db,
+            paths,
+            tp,
+            options,
+            _lock,
+            ..
+        } = self;
+        drop(db);
+        let db = wipe_and_create(&paths, &tp, &options, reason, detail)?;
+        Store::ready(db, _lock, paths, tp, options, None)
+    }
+
+    /// Reads a committed value; the uncommitted buffer is not visible.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.db.get(key).map_err(rocks(&self.paths.db))
+    }
+
+    /// RocksDB's estimate of the number of keys in `default`.
+    pub fn estimated_keys(&self) -> u64 {
+        self.db
+            .property_int_value("rocksdb.estimate-num-keys")
+            .ok()
+            .flatten()
+            .unwrap_or(0)
+    }
+
+    /// Bytes of the store directory on disk.
+    pub fn disk_bytes(&self) -> u64 {
+        dir_bytes(&self.paths.db)
+    }
+
+    fn write_status(&mut self, status: i64) -> Result<(), StoreError> {
+        let mut batch = WriteBatch::default();
+        batch.put_cf(
+            offsets_cf(&self.db, &self.paths.db)?,
+            STATUS_KEY,
+            encode_i64(status),
+        );
+        self.db
+            .write_opt(batch, &self.write_options)
+            .map_err(rocks(&self.paths.db))
+    }
+}
+
+fn offsets_cf<'a>(db: &'a DB, dir: &Path) -> Result<&'a rocksdb::ColumnFamily, StoreError> {
+    db.cf_handle(OFFSETS_CF)
+        .ok_or_else(|| missing_cf(dir, OFFSETS_CF))
+}
+
+fn missing_cf(dir: &Path, name: &str) -> StoreError {
+    StoreError::Io {
+        path: dir.to_path_buf(),
+        source: io::Error::other(format!("column family `{name}` is missing")),
+    }
+}
+
+/// Sum of the sizes of the regular files directly in `dir` (RocksDB keeps no subdirectories).
+pub fn dir_bytes(dir: &Path) -> u64 {
+    fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Learns everything the dirty rules need, opening the database when it exists. Never panics and
+/// never changes the store: a failure becomes `open_error`.
+fn probe(
+    paths: &StorePaths,
+    tp: &TopicPartition,
+    options: &StoreOptions,
+) -> (StoreFacts, Option<DB>) {
+    let mut facts = StoreFacts::fresh();
+    if paths.marker.exists() {
+        facts.interrupted_rebuild = true;
+        return (facts, None);
+    }
+    match fs::symlink_metadata(&paths.db) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return (facts, None),
+        Err(e) => {
+            facts.open_error = Some(format!("cannot stat the store directory: {e}"));
+            return (facts, None);
+        }
+        Ok(m) if !m.is_dir() => {
+            facts.open_error = Some("the store path is not a directory".into());
+            return (facts, None);
+        }
+        Ok(_) => {}
+    }
+    if !paths.db.join("CURRENT").exists() {
+        let other_files = fs::read_dir(&paths.db)
+            .map(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .any(|e| e.file_name() != meta::META_FILE)
+            })
+            .unwrap_or(true);
+        if other_files {
+            facts.open_error = Some("RocksDB's CURRENT file is missing".into());
+        }
+        return (facts, None);
+    }
+    match meta::read(&paths.db) {
+        Ok(Some(m)) => facts.identity = m.identity(tp),
+        Ok(None) => facts.identity = Identity::Unknown,
+        Err(message) => {
+            facts.open_error = Some(message);
+            return (facts, None);
+        }
+    }
+    let (db_options, families) = options.db_options(false);
+    let db = match DB::open_cf_descriptors(&db_options, &paths.db, families) {
+        Ok(db) => db,
+        Err(e) => {
+            facts.open_error = Some(e.into_string());
+            return (facts, None);
+        }
+    };
+    if let Err(message) = read_facts(&db, tp, &mut facts) {
+        facts.open_error = Some(message);
+        return (facts, None);
+    }
+    (facts, Some(db))
+}
+
+/// Fills status, applied offset, identity (from foreign offset keys) and whether data is present.
+fn read_facts(db: &DB, tp: &TopicPartition, facts: &mut StoreFacts) -> Result<(), String> {
+    let offsets = db
+        .cf_handle(OFFSETS_CF)
+        .ok_or("column family `offsets` is missing")?;
+    let own_key = tp.offset_key();
+    let mut foreign = None;
+    for item in db.iterator_cf(offsets, IteratorMode::Start) {
+        let (key, value) = item.map_err(rocksdb::Error::into_string)?;
+        if &*key == STATUS_KEY {
+            facts.status = decode_i64(&value);
+        } else if *key == *own_key {
+            facts.applied =
+                decode_i64(&value).map_or(StoredOffset::Unreadable, StoredOffset::Valid);
+        } else {
+            foreign.get_or_insert_with(|| String::from_utf8_lossy(&key).into_owned());
+        }
+    }
+    if let (Some(other), StoredOffset::Absent) = (foreign, facts.applied) {
+        facts.identity = Identity::OtherPartition(other);
+    }
+    facts.has_data = match db.iterator(IteratorMode::Start).next() {
+        Some(item) => item.map(|_| true).map_err(rocksdb::Error::into_string)?,
+        None => false,
+    };
+    Ok(())
+}
+
+fn create_fresh(
+    paths: &StorePaths,
+    tp: &TopicPartition,
+    options: &StoreOptions,
+) -> Result<DB, StoreError> {
+    create_private_dir(&paths.db).map_err(io_at(&paths.db))?;
+    meta::write(&paths.db, &meta::StoreMeta::new(tp)).map_err(io_at(&paths.db))?;
+    let (db_options, families) = options.db_options(true);
+    DB::open_cf_descriptors(&db_options, &paths.db, families).map_err(rocks(&paths.db))
+}
+
+/// Destroy, remove, recreate; a marker beside the store covers the whole sequence so a crash
+/// half-way is detected on the next open (`interrupted_rebuild`). Once the fresh store exists the
+/// rebuild is an ordinary restore, which the commit protocol keeps crash-safe, so the marker goes.
+fn wipe_and_create(
+    paths: &StorePaths,
+    tp: &TopicPartition,
+    options: &StoreOptions,
+    reason: WipeReason,
+    detail: &str,
+) -> Result<DB, StoreError> {
+    tracing::warn!(
+        store_dir = %paths.db.display(),
+        topic = %tp.topic,
+        partition = tp.partition,
+        reason = reason.label(),
+        detail,
+        "wiping store; it will be rebuilt from the changelog's log-start offset"
+    );
+    fs::write(&paths.marker, format!("{}: {detail}\n", reason.label()))
+        .map_err(io_at(&paths.marker))?;
+    remove_store_dir(&paths.db)?;
+    let db = create_fresh(paths, tp, options)?;
+    fs::remove_file(&paths.marker).map_err(io_at(&paths.marker))?;
+    Ok(db)
+}
+
+fn remove_store_dir(path: &Path) -> Result<(), StoreError> {
+    let result = match fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+        Ok(m) if m.is_dir() => {
+            // DestroyDB removes what RocksDB knows; remove_dir_all the rest (our metadata, debris).
+            let _ = DB::destroy(&rocksdb::Options::default(), path);
+            match fs::remove_dir_all(path) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                other => other,
+            }
+        }
+        Ok(_) => fs::remove_file(path),
+    };
+    result.map_err(io_at(path))
+}
+
+/// Opens a store read-only, for `inspect` and tests; RocksDB's info log goes to a temporary
+/// directory so the store's own files are left exactly as they were.
+pub fn open_read_only(dir: &Path, log_dir: &Path) -> Result<DB, rocksdb::Error> {
+    let (mut db_options, families) = StoreOptions::default().db_options(false);
+    db_options.set_db_log_dir(log_dir);
+    DB::open_cf_descriptors_read_only(&db_options, dir, families, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flush_is_due_only_when_the_oldest_unflushed_commit_is_old_enough() {
+        let now = Instant::now();
+        let interval = Duration::from_secs(60);
+        assert!(!flush_due(None, now, interval));
+        assert!(!flush_due(Some(now), now, interval));
+        assert!(!flush_due(
+            Some(now),
+            now + Duration::from_secs(59),
+            interval
+        ));
+        assert!(flush_due(
+            Some(now),
+            now + Duration::from_secs(60),
+            interval
+        ));
+    }
+
+    #[test]
+    fn paths_follow_the_layout() {
+        let p = StorePaths::new(Path::new("/state"), "counts", 3);
+        assert_eq!(p.db, Path::new("/state/counts/3"));
+        assert_eq!(p.lock, Path::new("/state/counts/3.lock"));
+        assert_eq!(p.marker, Path::new("/state/counts/3.wiping"));
+    }
+}

@@ -1,0 +1,102 @@
+//! RocksDB options for a store: the user's overrides first, then what the commit protocol needs.
+
+use crate::units::ByteSize;
+use rocksdb::{
+    BlockBasedOptions, ColumnFamilyDescriptor, LogLevel, Options, DEFAULT_COLUMN_FAMILY_NAME,
+};
+use serde::Deserialize;
+use std::time::Duration;
+
+use super::format::OFFSETS_CF;
+
+/// Table format every column family is written in. RocksDB 11 defaults to 7, which RocksDB 10.1 and
+/// older (including the one Kafka Streams 4.3/4.4 ships) cannot read; 6 keeps stores portable.
+pub const TABLE_FORMAT_VERSION: i32 = 6;
+
+/// The `rocksdb:` section of the config. Typed rather than free-form so a typo is a config error
+/// instead of a silently ignored option.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RocksDbOverrides {
+    pub write_buffer_size: Option<ByteSize>,
+    pub max_write_buffer_number: Option<i32>,
+    pub max_background_jobs: Option<i32>,
+    pub target_file_size_base: Option<ByteSize>,
+    pub level0_file_num_compaction_trigger: Option<i32>,
+    /// Accepted so the error is a warning, never honoured: atomic flush is what keeps data and offsets
+    /// on disk from the same commit.
+    pub atomic_flush: Option<bool>,
+}
+
+/// How stores are opened and committed; shared by every store of a process.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub rocksdb: RocksDbOverrides,
+    /// Write-ahead log. Off by default, as in Kafka Streams: the commit protocol does not need it.
+    pub wal: bool,
+    /// Flush once unflushed commits are this old, so a crash never sends a store back further.
+    pub flush_interval: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            rocksdb: RocksDbOverrides::default(),
+            wal: false,
+            flush_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+impl StoreOptions {
+    /// Logs, once per process, that a user tried to set `atomic_flush`.
+    pub fn warn_about_ignored_settings(&self) {
+        if let Some(value) = self.rocksdb.atomic_flush {
+            tracing::warn!(
+                requested = value,
+                "rocksdb.atomic_flush is always true in warmstore; the setting is ignored"
+            );
+        }
+    }
+
+    fn column_family_options(&self) -> Options {
+        let mut options = Options::default();
+        let mut table = BlockBasedOptions::default();
+        table.set_format_version(TABLE_FORMAT_VERSION);
+        options.set_block_based_table_factory(&table);
+        let o = &self.rocksdb;
+        if let Some(size) = o.write_buffer_size {
+            options.set_write_buffer_size(size.0 as usize);
+        }
+        if let Some(n) = o.max_write_buffer_number {
+            options.set_max_write_buffer_number(n);
+        }
+        if let Some(size) = o.target_file_size_base {
+            options.set_target_file_size_base(size.0);
+        }
+        if let Some(n) = o.level0_file_num_compaction_trigger {
+            options.set_level_zero_file_num_compaction_trigger(n);
+        }
+        options
+    }
+
+    /// Database options plus one descriptor per column family, each with its own full options:
+    /// `DB::open_cf` would give the named families defaults (format_version 7).
+    pub fn db_options(&self, create: bool) -> (Options, Vec<ColumnFamilyDescriptor>) {
+        let mut db = self.column_family_options();
+        if let Some(n) = self.rocksdb.max_background_jobs {
+            db.set_max_background_jobs(n);
+        }
+        db.set_log_level(LogLevel::Warn);
+        db.set_keep_log_file_num(2);
+        db.create_if_missing(create);
+        db.create_missing_column_families(create);
+        // Last, so no override can undo it.
+        db.set_atomic_flush(true);
+        let families = [DEFAULT_COLUMN_FAMILY_NAME, OFFSETS_CF]
+            .into_iter()
+            .map(|name| ColumnFamilyDescriptor::new(name, self.column_family_options()))
+            .collect();
+        (db, families)
+    }
+}

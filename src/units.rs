@@ -1,0 +1,132 @@
+//! Human-friendly durations (`10s`, `500ms`) and sizes (`64MiB`) for the config file.
+
+use serde::{de, Deserialize, Deserializer};
+use std::fmt;
+use std::time::Duration;
+
+/// A byte count written as `64MiB`, `512KiB`, `1GB` or a bare integer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ByteSize(pub u64);
+
+/// A duration written as `10s`, `500ms`, `2m`, `1h`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct HumanDuration(pub Duration);
+
+/// Parses `64MiB`-style sizes. Binary (KiB) and decimal (KB) suffixes are both accepted because
+/// users copy values from both RocksDB (binary) and Kafka (decimal) docs.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let number: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size; write it like 64MiB or 65536"))?;
+    let multiplier: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KB" | "kB" => 1_000,
+        "KiB" => 1 << 10,
+        "MB" => 1_000_000,
+        "MiB" => 1 << 20,
+        "GB" => 1_000_000_000,
+        "GiB" => 1 << 30,
+        other => {
+            return Err(format!(
+                "`{text}` has an unknown size unit `{other}`; use B, KiB, MiB, GiB, KB, MB or GB"
+            ))
+        }
+    };
+    number
+        .checked_mul(multiplier)
+        .ok_or_else(|| format!("`{text}` is too large"))
+}
+
+/// Parses `10s`-style durations; a unit is required so `10` is never mistaken for ms or s.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let number: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration; write it like 10s or 500ms"))?;
+    let duration = match unit.trim() {
+        "ms" => Duration::from_millis(number),
+        "s" => Duration::from_secs(number),
+        "m" | "min" => Duration::from_secs(number.saturating_mul(60)),
+        "h" => Duration::from_secs(number.saturating_mul(3600)),
+        "" => return Err(format!("`{text}` needs a unit: ms, s, m or h")),
+        other => {
+            return Err(format!(
+                "`{text}` has an unknown duration unit `{other}`; use ms, s, m or h"
+            ))
+        }
+    };
+    Ok(duration)
+}
+
+/// YAML gives either a number or a string; both are accepted for sizes.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum NumberOrText {
+    Number(u64),
+    Text(String),
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match NumberOrText::deserialize(deserializer)? {
+            NumberOrText::Number(n) => Ok(ByteSize(n)),
+            NumberOrText::Text(t) => parse_size(&t).map(ByteSize).map_err(de::Error::custom),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        parse_duration(&text)
+            .map(HumanDuration)
+            .map_err(de::Error::custom)
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}B", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size("512KiB"), Ok(512 << 10));
+        assert_eq!(parse_size("1GB"), Ok(1_000_000_000));
+        assert_eq!(parse_size("65536"), Ok(65536));
+        assert_eq!(parse_size(" 2 MiB "), Ok(2 << 20));
+        assert!(parse_size("64XB")
+            .unwrap_err()
+            .contains("unknown size unit"));
+        assert!(parse_size("MiB").is_err());
+        assert!(parse_size("-1MiB").is_err());
+        assert!(parse_size("99999999999999999999GiB").is_err());
+        assert!(parse_size("18446744073709551615GiB").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert!(parse_duration("10").unwrap_err().contains("needs a unit"));
+        assert!(parse_duration("10 parsecs").is_err());
+        assert!(parse_duration("fast").is_err());
+    }
+}

@@ -1,0 +1,180 @@
+//! Crash safety of the commit protocol: a child process commits a seeded workload continuously and
+//! is SIGKILLed at random moments. After each kill the store must hold exactly the model state at
+//! its stored offset. Two broken writers run through the same loop as negative controls, so a pass
+//! here means something.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use warmstore::store::format::{decode_i64, TopicPartition};
+use warmstore::store::{open_read_only, StorePaths};
+use warmstore::testkit::{apply, Rng, Workload};
+
+fn workload(seed: u64) -> Workload {
+    // Must match the writer's workload.
+    Workload {
+        seed,
+        ops_per_commit: 50,
+        key_space: 2000,
+        value_size: 100,
+        delete_percent: 10,
+    }
+}
+
+#[derive(Debug, Default)]
+struct Figures {
+    kills: usize,
+    divergences: usize,
+    advanced: usize,
+    empty: usize,
+    last_offset: Option<i64>,
+}
+
+/// The store as found after a kill: its offset for our partition, and `default`'s contents.
+fn read_store(dir: &Path) -> (Option<i64>, BTreeMap<Vec<u8>, Vec<u8>>) {
+    let logs = tempfile::tempdir().unwrap();
+    let db = match open_read_only(dir, logs.path()) {
+        Ok(db) => db,
+        Err(e) if !dir.join("CURRENT").exists() => {
+            let _ = e;
+            return (None, BTreeMap::new());
+        }
+        Err(e) => panic!("store unreadable after a kill: {e}"),
+    };
+    let offsets = db.cf_handle("offsets").unwrap();
+    let key = TopicPartition::new("crash-changelog", 0).offset_key();
+    let applied = db
+        .get_cf(offsets, key)
+        .unwrap()
+        .map(|v| decode_i64(&v).expect("8-byte offset"));
+    let data = db
+        .iterator(rocksdb::IteratorMode::Start)
+        .map(|item| {
+            let (k, v) = item.unwrap();
+            (k.to_vec(), v.to_vec())
+        })
+        .collect();
+    (applied, data)
+}
+
+/// Recomputes the model incrementally: offsets usually move forward between kills.
+struct Model {
+    work: Workload,
+    at: Option<i64>,
+    state: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+impl Model {
+    fn at(&mut self, applied: Option<i64>) -> &BTreeMap<Vec<u8>, Vec<u8>> {
+        if applied < self.at {
+            self.at = None;
+            self.state.clear();
+        }
+        let from = self.at.map_or(0, |a| a + 1);
+        for offset in from..=applied.unwrap_or(-1) {
+            apply(&mut self.state, self.work.ops(offset));
+        }
+        self.at = applied;
+        &self.state
+    }
+}
+
+/// Runs `kills` rounds of start, wait a random while, SIGKILL, verify. Broken modes start each round
+/// from an empty store so every round is an independent observation.
+fn kill_loop(mode: &str, wal: bool, kills: usize, seed: u64) -> Figures {
+    let state = tempfile::tempdir().unwrap();
+    let db_dir = StorePaths::new(state.path(), "crash", 0).db;
+    let mut model = Model {
+        work: workload(seed),
+        at: None,
+        state: BTreeMap::new(),
+    };
+    let mut rng = Rng::new(seed);
+    let mut figures = Figures::default();
+    for _ in 0..kills {
+        if mode != "protocol" {
+            let _ = std::fs::remove_dir_all(&db_dir);
+        }
+        let mut child = Command::new(env!("CARGO_BIN_EXE_warmstore-crash-writer"))
+            .arg(state.path())
+            .arg(seed.to_string())
+            .arg(mode)
+            .arg(if wal { "wal" } else { "no-wal" })
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("writer starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(
+            line.starts_with("writing from"),
+            "writer failed to start: {line:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50 + rng.below(400)));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        figures.kills += 1;
+
+        let (applied, data) = read_store(&db_dir);
+        if applied.is_none() {
+            figures.empty += 1;
+        }
+        if applied > figures.last_offset {
+            figures.advanced += 1;
+        }
+        if mode == "protocol" {
+            assert!(
+                applied >= figures.last_offset,
+                "stored offset went backwards"
+            );
+            figures.last_offset = applied;
+        }
+        if &data != model.at(applied) {
+            figures.divergences += 1;
+        }
+    }
+    println!("{mode} wal={wal}: {figures:?}");
+    figures
+}
+
+#[test]
+fn protocol_survives_sigkill_with_wal_off() {
+    let f = kill_loop("protocol", false, 20, 11);
+    assert_eq!(f.divergences, 0, "{f:?}");
+    assert!(
+        f.advanced >= 10,
+        "the stored offset must really advance between kills: {f:?}"
+    );
+}
+
+#[test]
+fn protocol_survives_sigkill_with_wal_on() {
+    let f = kill_loop("protocol", true, 20, 12);
+    assert_eq!(f.divergences, 0, "{f:?}");
+    assert!(
+        f.advanced >= 10,
+        "the stored offset must really advance between kills: {f:?}"
+    );
+}
+
+#[test]
+fn negative_control_without_atomic_flush_diverges() {
+    let f = kill_loop("no-atomic-flush", false, 10, 13);
+    assert!(
+        f.divergences >= 5,
+        "the crash check must see a broken writer: {f:?}"
+    );
+}
+
+#[test]
+fn negative_control_offset_before_data_diverges() {
+    let f = kill_loop("offset-first", false, 10, 14);
+    assert!(
+        f.divergences >= 5,
+        "the crash check must see a broken writer: {f:?}"
+    );
+}

@@ -1,0 +1,618 @@
+//! The store on a real RocksDB in temporary directories: layout, bytes, options, dirty rules, lock.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use warmstore::dirty::{LogBounds, UncleanPolicy, WipeReason};
+use warmstore::store::format::TopicPartition;
+use warmstore::store::{
+    open_read_only, OpenOutcome, RocksDbOverrides, Store, StoreError, StoreOptions, StorePaths,
+};
+use warmstore::units::ByteSize;
+
+fn tp() -> TopicPartition {
+    TopicPartition::new("wordcount-counts-changelog", 0)
+}
+
+fn paths(dir: &Path) -> StorePaths {
+    StorePaths::new(dir, "counts", 0)
+}
+
+fn open_with(
+    dir: &Path,
+    tp: TopicPartition,
+    policy: UncleanPolicy,
+    bounds: Option<LogBounds>,
+) -> (Store, OpenOutcome) {
+    Store::open(paths(dir), tp, &StoreOptions::default(), policy, bounds).expect("store opens")
+}
+
+fn open(dir: &Path) -> (Store, OpenOutcome) {
+    open_with(dir, tp(), UncleanPolicy::Resume, None)
+}
+
+/// A closed store with a few keys committed at offset 42, flushed into SST files.
+fn closed_store(dir: &Path) {
+    let (mut store, outcome) = open(dir);
+    assert_eq!(outcome, OpenOutcome::Empty);
+    store.put(b"apple", b"1");
+    store.put(b"pear", b"2");
+    store.commit(41).unwrap();
+    store.put(b"plum", b"3");
+    store.delete(b"pear");
+    store.close(Some(42)).unwrap();
+}
+
+/// Raw `offsets` entries and `default` contents, read the way any RocksDB reader would.
+type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+
+fn raw(dir: &Path) -> (Entries, Entries) {
+    let logs = tempfile::tempdir().unwrap();
+    let db = open_read_only(&paths(dir).db, logs.path()).expect("read-only open");
+    let read = |cf| {
+        db.iterator_cf(cf, rocksdb::IteratorMode::Start)
+            .map(|item| {
+                let (k, v) = item.unwrap();
+                (k.to_vec(), v.to_vec())
+            })
+            .collect::<Vec<_>>()
+    };
+    let offsets = read(db.cf_handle("offsets").unwrap());
+    let data = read(db.cf_handle("default").unwrap());
+    (offsets, data)
+}
+
+fn wiped_reason(outcome: OpenOutcome) -> WipeReason {
+    match outcome {
+        OpenOutcome::Wiped { reason, .. } => reason,
+        other => panic!("expected a wipe, got {other:?}"),
+    }
+}
+
+fn files_ending(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut files: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect();
+    files.sort();
+    files
+}
+
+fn files_starting(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    let mut files: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn round_trip_keeps_offsets_and_data() {
+    let dir = tempfile::tempdir().unwrap();
+    closed_store(dir.path());
+    let (store, outcome) = open(dir.path());
+    assert_eq!(
+        outcome,
+        OpenOutcome::Resumed {
+            applied: 42,
+            unclean: false
+        }
+    );
+    assert_eq!(store.applied(), Some(42));
+    assert_eq!(store.get(b"apple").unwrap(), Some(b"1".to_vec()));
+    assert_eq!(store.get(b"pear").unwrap(), None);
+    assert_eq!(store.get(b"plum").unwrap(), Some(b"3".to_vec()));
+}
+
+#[test]
+fn offsets_entries_are_byte_exact_kafka_streams() {
+    let dir = tempfile::tempdir().unwrap();
+    closed_store(dir.path());
+    let (offsets, data) = raw(dir.path());
+    assert_eq!(
+        offsets,
+        vec![
+            (b"status".to_vec(), vec![0, 0, 0, 0, 0, 0, 0, 0]),
+            (
+                b"wordcount-counts-changelog-0".to_vec(),
+                vec![0, 0, 0, 0, 0, 0, 0, 42]
+            ),
+        ]
+    );
+    assert_eq!(
+        data,
+        vec![
+            (b"apple".to_vec(), b"1".to_vec()),
+            (b"plum".to_vec(), b"3".to_vec())
+        ]
+    );
+
+    // While open, status is 1 (visible here once flushed), and a large offset keeps all 8 bytes.
+    let (mut store, _) = open(dir.path());
+    store.commit(0x0102_0304_0506).unwrap();
+    store.flush().unwrap();
+    let (offsets, _) = raw(dir.path());
+    assert_eq!(
+        offsets[0],
+        (b"status".to_vec(), vec![0, 0, 0, 0, 0, 0, 0, 1])
+    );
+    assert_eq!(offsets[1].1, vec![0, 0, 1, 2, 3, 4, 5, 6]);
+}
+
+#[test]
+fn uncommitted_writes_never_reach_rocksdb() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, _) = open(dir.path());
+    store.put(b"a", b"committed");
+    store.commit(7).unwrap();
+    store.put(b"a", b"uncommitted");
+    store.put(b"b", b"uncommitted");
+    assert!(store.uncommitted_bytes() > 0);
+    assert_eq!(store.get(b"a").unwrap(), Some(b"committed".to_vec()));
+    assert_eq!(store.get(b"b").unwrap(), None);
+    drop(store); // no close: like a crash, but RocksDB still flushes what was committed.
+    let (store, outcome) = open(dir.path());
+    assert_eq!(
+        outcome,
+        OpenOutcome::Resumed {
+            applied: 7,
+            unclean: true
+        }
+    );
+    assert_eq!(store.get(b"a").unwrap(), Some(b"committed".to_vec()));
+    assert_eq!(store.get(b"b").unwrap(), None);
+}
+
+#[test]
+fn close_refuses_to_drop_uncommitted_writes_without_an_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, _) = open(dir.path());
+    store.put(b"a", b"1");
+    assert!(matches!(
+        store.close(None),
+        Err(StoreError::UncommittedAtClose { .. })
+    ));
+}
+
+#[test]
+fn options_file_forces_atomic_flush_and_format_version_6() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = StoreOptions {
+        rocksdb: RocksDbOverrides {
+            atomic_flush: Some(false),
+            write_buffer_size: Some(ByteSize(1 << 20)),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let (store, _) = Store::open(
+        paths(dir.path()),
+        tp(),
+        &options,
+        UncleanPolicy::Resume,
+        None,
+    )
+    .unwrap();
+    store.close(None).unwrap();
+    let options_file = files_starting(&paths(dir.path()).db, "OPTIONS-")
+        .pop()
+        .expect("an OPTIONS file");
+    let text = fs::read_to_string(options_file).unwrap();
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    assert!(lines.contains(&"atomic_flush=true"), "{text}");
+    assert!(!lines.contains(&"atomic_flush=false"));
+    for family in ["default", "offsets"] {
+        let header = format!("[TableOptions/BlockBasedTable \"{family}\"]");
+        let start = lines
+            .iter()
+            .position(|l| *l == header)
+            .unwrap_or_else(|| panic!("{header} in {text}"));
+        let section: Vec<&str> = lines[start + 1..]
+            .iter()
+            .take_while(|l| !l.starts_with('['))
+            .copied()
+            .collect();
+        assert!(
+            section.contains(&"format_version=6"),
+            "{family}: {section:?}"
+        );
+        let cf_header = format!("[CFOptions \"{family}\"]");
+        let start = lines.iter().position(|l| *l == cf_header).unwrap();
+        let section: Vec<&str> = lines[start + 1..]
+            .iter()
+            .take_while(|l| !l.starts_with('['))
+            .copied()
+            .collect();
+        assert!(
+            section.contains(&"write_buffer_size=1048576"),
+            "{family}: {section:?}"
+        );
+    }
+}
+
+#[test]
+fn unflushed_commits_are_flushed_once_older_than_the_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let eager = StoreOptions {
+        flush_interval: std::time::Duration::ZERO,
+        ..Default::default()
+    };
+    let (mut store, _) =
+        Store::open(paths(dir.path()), tp(), &eager, UncleanPolicy::Resume, None).unwrap();
+    store.put(b"k", b"v");
+    store.commit(3).unwrap();
+    // WAL off: only a flush puts the commit on disk, where a read-only reader sees it.
+    assert_eq!(raw(dir.path()).1, vec![(b"k".to_vec(), b"v".to_vec())]);
+    drop(store);
+
+    let dir = tempfile::tempdir().unwrap();
+    let lazy = StoreOptions {
+        flush_interval: std::time::Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let (mut store, _) =
+        Store::open(paths(dir.path()), tp(), &lazy, UncleanPolicy::Resume, None).unwrap();
+    store.put(b"k", b"v");
+    store.commit(3).unwrap();
+    assert!(raw(dir.path()).1.is_empty(), "not flushed before the bound");
+    assert!(!store.maybe_flush(std::time::Instant::now()).unwrap());
+    assert!(store
+        .maybe_flush(std::time::Instant::now() + std::time::Duration::from_secs(3600))
+        .unwrap());
+    assert_eq!(raw(dir.path()).1, vec![(b"k".to_vec(), b"v".to_vec())]);
+}
+
+/// After a wipe the store is empty, usable, and the marker is gone.
+fn assert_rebuilt(dir: &Path, store: Store) {
+    assert_eq!(store.applied(), None);
+    assert_eq!(store.get(b"apple").unwrap(), None);
+    assert!(!paths(dir).marker.exists());
+    store.close(None).unwrap();
+    let (_, outcome) = open(dir);
+    assert_eq!(outcome, OpenOutcome::Empty);
+}
+
+fn corrupt_and_reopen(damage: impl FnOnce(&Path)) -> WipeReason {
+    let dir = tempfile::tempdir().unwrap();
+    closed_store(dir.path());
+    damage(&paths(dir.path()).db);
+    let (store, outcome) = open(dir.path());
+    let reason = wiped_reason(outcome);
+    assert_rebuilt(dir.path(), store);
+    reason
+}
+
+#[test]
+fn truncated_sst_is_corruption() {
+    let reason = corrupt_and_reopen(|db| {
+        let sst = files_ending(db, ".sst").pop().expect("an SST file");
+        let len = fs::metadata(&sst).unwrap().len();
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&sst)
+            .unwrap()
+            .set_len(len / 2)
+            .unwrap();
+    });
+    assert_eq!(reason, WipeReason::Corruption);
+}
+
+#[test]
+fn garbage_sst_is_corruption() {
+    let reason = corrupt_and_reopen(|db| {
+        let sst = files_ending(db, ".sst").pop().expect("an SST file");
+        let len = fs::metadata(&sst).unwrap().len() as usize;
+        let garbage: Vec<u8> = (0..len).map(|i| (i * 7 + 13) as u8).collect();
+        fs::write(&sst, garbage).unwrap();
+    });
+    assert_eq!(reason, WipeReason::Corruption);
+}
+
+#[test]
+fn missing_current_is_corruption() {
+    let reason = corrupt_and_reopen(|db| fs::remove_file(db.join("CURRENT")).unwrap());
+    assert_eq!(reason, WipeReason::Corruption);
+}
+
+#[test]
+fn missing_manifest_is_corruption() {
+    let reason = corrupt_and_reopen(|db| {
+        for manifest in files_starting(db, "MANIFEST-") {
+            fs::remove_file(manifest).unwrap();
+        }
+    });
+    assert_eq!(reason, WipeReason::Corruption);
+}
+
+#[test]
+fn a_file_where_the_store_directory_should_be_is_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::create_dir_all(dir.path().join("counts")).unwrap();
+    fs::write(paths(dir.path()).db, b"not a directory").unwrap();
+    let (store, outcome) = open(dir.path());
+    assert_eq!(wiped_reason(outcome), WipeReason::Corruption);
+    assert_rebuilt(dir.path(), store);
+}
+
+/// Writes straight into a store's column families, as a foreign or broken writer would.
+fn raw_write(dir: &Path, default: &[(&[u8], &[u8])], offsets: &[(&[u8], &[u8])]) {
+    let (db_options, families) = StoreOptions::default().db_options(true);
+    fs::create_dir_all(&paths(dir).db).unwrap();
+    let db = rocksdb::DB::open_cf_descriptors(&db_options, &paths(dir).db, families).unwrap();
+    for (k, v) in default {
+        db.put(k, v).unwrap();
+    }
+    let cf = db.cf_handle("offsets").unwrap();
+    for (k, v) in offsets {
+        db.put_cf(cf, k, v).unwrap();
+    }
+    db.flush_cfs_opt(
+        &[db.cf_handle("default").unwrap(), cf],
+        &rocksdb::FlushOptions::default(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn data_without_an_offset_is_missing_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    raw_write(dir.path(), &[(b"apple", b"1")], &[(b"status", &[0; 8])]);
+    let (store, outcome) = open(dir.path());
+    assert_eq!(wiped_reason(outcome), WipeReason::MissingOffsets);
+    assert_rebuilt(dir.path(), store);
+}
+
+#[test]
+fn garbage_offset_bytes_are_missing_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    raw_write(
+        dir.path(),
+        &[(b"apple", b"1")],
+        &[(b"wordcount-counts-changelog-0", b"forty-two")],
+    );
+    let (store, outcome) = open(dir.path());
+    assert_eq!(wiped_reason(outcome), WipeReason::MissingOffsets);
+    assert_rebuilt(dir.path(), store);
+}
+
+#[test]
+fn offsets_of_another_topic_are_format_mismatch() {
+    let dir = tempfile::tempdir().unwrap();
+    raw_write(
+        dir.path(),
+        &[(b"apple", b"1")],
+        &[(b"orders-changelog-0", &[0, 0, 0, 0, 0, 0, 0, 9])],
+    );
+    let (store, outcome) = open(dir.path());
+    assert_eq!(wiped_reason(outcome), WipeReason::FormatMismatch);
+    assert_rebuilt(dir.path(), store);
+}
+
+#[test]
+fn a_store_of_another_partition_is_format_mismatch() {
+    let dir = tempfile::tempdir().unwrap();
+    closed_store(dir.path());
+    let (store, outcome) = open_with(
+        dir.path(),
+        TopicPartition::new("wordcount-counts-changelog", 5),
+        UncleanPolicy::Resume,
+        None,
+    );
+    assert_eq!(wiped_reason(outcome), WipeReason::FormatMismatch);
+    drop(store);
+}
+
+#[test]
+fn a_newer_format_version_is_format_mismatch() {
+    let dir = tempfile::tempdir().unwrap();
+    closed_store(dir.path());
+    let meta = paths(dir.path()).db.join("warmstore.json");
+    let text = fs::read_to_string(&meta)
+        .unwrap()
+        .replace("\"format_version\": 1", "\"format_version\": 99");
+    fs::write(&meta, text).unwrap();
+    let (store, outcome) = open(dir.path());
+    assert_eq!(wiped_reason(outcome), WipeReason::FormatMismatch);
+    assert_rebuilt(dir.path(), store);
+}
+
+/// A store left open (status 1), its data flushed, as after a crash.
+fn unclean_store(dir: &Path) {
+    let (mut store, _) = open(dir);
+    store.put(b"apple", b"1");
+    store.commit(9).unwrap();
+    drop(store); // no close: status stays 1, as when the process dies.
+}
+
+#[test]
+fn unclean_shutdown_resumes_or_wipes_by_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    unclean_store(dir.path());
+    let (store, outcome) = open_with(dir.path(), tp(), UncleanPolicy::Resume, None);
+    assert_eq!(
+        outcome,
+        OpenOutcome::Resumed {
+            applied: 9,
+            unclean: true
+        }
+    );
+    assert_eq!(store.get(b"apple").unwrap(), Some(b"1".to_vec()));
+    drop(store);
+
+    let dir = tempfile::tempdir().unwrap();
+    unclean_store(dir.path());
+    let (store, outcome) = open_with(dir.path(), tp(), UncleanPolicy::Wipe, None);
+    assert_eq!(wiped_reason(outcome), WipeReason::UncleanShutdown);
+    assert_rebuilt(dir.path(), store);
+}
+
+#[test]
+fn a_leftover_wipe_marker_is_an_interrupted_rebuild() {
+    let dir = tempfile::tempdir().unwrap();
+    closed_store(dir.path());
+    fs::write(
+        paths(dir.path()).marker,
+        b"corruption: earlier run died here\n",
+    )
+    .unwrap();
+    let (store, outcome) = open(dir.path());
+    assert_eq!(wiped_reason(outcome), WipeReason::InterruptedRebuild);
+    assert_rebuilt(dir.path(), store);
+}
+
+#[test]
+fn offsets_outside_the_log_are_out_of_range() {
+    for bounds in [
+        LogBounds {
+            log_start: 50,
+            high_watermark: 100,
+        },
+        LogBounds {
+            log_start: 0,
+            high_watermark: 42,
+        },
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        closed_store(dir.path());
+        let (store, outcome) = open_with(dir.path(), tp(), UncleanPolicy::Resume, Some(bounds));
+        assert_eq!(
+            wiped_reason(outcome),
+            WipeReason::OffsetOutOfRange,
+            "{bounds:?}"
+        );
+        assert_rebuilt(dir.path(), store);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    closed_store(dir.path());
+    let (_, outcome) = open_with(
+        dir.path(),
+        tp(),
+        UncleanPolicy::Resume,
+        Some(LogBounds {
+            log_start: 43,
+            high_watermark: 43,
+        }),
+    );
+    assert_eq!(
+        outcome,
+        OpenOutcome::Resumed {
+            applied: 42,
+            unclean: false
+        }
+    );
+}
+
+#[test]
+fn wipe_at_run_time_keeps_the_lock_and_leaves_an_empty_store() {
+    let dir = tempfile::tempdir().unwrap();
+    closed_store(dir.path());
+    let (store, _) = open(dir.path());
+    let store = store.wipe(WipeReason::OffsetOutOfRange, "test").unwrap();
+    // Still ours: a second opener is refused.
+    let second = Store::open(
+        paths(dir.path()),
+        tp(),
+        &StoreOptions::default(),
+        UncleanPolicy::Resume,
+        None,
+    );
+    assert!(matches!(second, Err(StoreError::Locked { .. })));
+    assert_rebuilt(dir.path(), store);
+}
+
+#[test]
+fn a_second_process_gets_a_clear_lock_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut writer = Command::new(env!("CARGO_BIN_EXE_warmstore-crash-writer"))
+        .args([dir.path().to_str().unwrap(), "1", "protocol", "no-wal"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(writer.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.starts_with("writing from"), "{line}");
+    let crash_paths = StorePaths::new(dir.path(), "crash", 0);
+    let result = Store::open(
+        crash_paths.clone(),
+        TopicPartition::new("crash-changelog", 0),
+        &StoreOptions::default(),
+        UncleanPolicy::Resume,
+        None,
+    );
+    writer.kill().unwrap();
+    writer.wait().unwrap();
+    let message = match result {
+        Err(e @ StoreError::Locked { .. }) => e.to_string(),
+        Err(other) => panic!("expected a lock error, got {other}"),
+        Ok(_) => panic!("a second opener got the store"),
+    };
+    assert!(
+        message.contains(&crash_paths.db.display().to_string()),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("pid {}", writer.id())),
+        "{message}"
+    );
+}
+
+fn listing(dir: &Path) -> Vec<(PathBuf, u64, std::time::SystemTime)> {
+    let mut files: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let m = e.metadata().unwrap();
+            (e.path(), m.len(), m.modified().unwrap())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn inspect_prints_json_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    closed_store(dir.path());
+    let db = paths(dir.path()).db;
+    let before = listing(&db);
+    let output = Command::new(env!("CARGO_BIN_EXE_warmstore"))
+        .arg("inspect")
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["offsets"]["wordcount-counts-changelog-0"], 42);
+    assert_eq!(report["status"], "closed");
+    assert_eq!(report["meta"]["topic"], "wordcount-counts-changelog");
+    // RocksDB's estimate counts a delete against a put, so only a lower bound is certain.
+    assert!(report["estimated_keys"].as_u64().unwrap() >= 1, "{report}");
+    assert!(report["disk_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(listing(&db), before, "inspect must not touch the store");
+}
+
+#[test]
+fn inspect_refuses_a_directory_that_is_not_a_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_warmstore"))
+        .arg("inspect")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("is not a warmstore store"), "{stderr}");
+    assert!(stderr.contains("CURRENT"), "{stderr}");
+}
