@@ -1,9 +1,15 @@
 //! The `warmstore` command line. Errors become exit codes here and nowhere else:
 //! 0 ok, 1 runtime failure, 2 bad config or usage.
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+use warmstore::config::{Config, BOOTSTRAP_ENV};
+use warmstore::demo::{DemoArgs, DemoError};
+use warmstore::service::{shutdown_signal, Service};
 
 #[derive(Parser)]
 #[command(
@@ -18,11 +24,82 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the service: restore every configured store and keep it warm.
+    Run {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// The same service on an embedded broker: generate a changelog, restore it, print a summary.
+    Demo {
+        #[arg(long, default_value_t = 500_000)]
+        records: u64,
+        #[arg(long, default_value_t = 32)]
+        partitions: i32,
+        #[arg(long, default_value_t = 100)]
+        value_size: usize,
+        /// Where the stores go (default: a new directory under the system temp dir).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// Keep tailing and serving HTTP until Ctrl-C.
+        #[arg(long)]
+        keep_running: bool,
+        #[arg(long, default_value = "127.0.0.1:9464")]
+        listen: SocketAddr,
+    },
     /// Print a store's offsets, status, estimated keys and size as JSON; never changes the store.
     Inspect {
         /// A store partition directory: <state_dir>/<store>/<partition>
         store_dir: PathBuf,
     },
+    /// Validate a config file: exit 0, or 2 with a message naming the problem.
+    CheckConfig {
+        #[arg(long)]
+        config: PathBuf,
+    },
+}
+
+fn load_config(path: &std::path::Path) -> Result<Config, ExitCode> {
+    Config::load(path, std::env::var(BOOTSTRAP_ENV).ok()).map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(2)
+    })
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+fn run(config: Config) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        let service = Service::start(&config).await?;
+        shutdown_signal().await;
+        service.stop().await;
+        anyhow::Ok(())
+    })
+}
+
+fn demo(args: DemoArgs) -> ExitCode {
+    let result = runtime()
+        .map_err(|e| DemoError::Failed(format!("{e:#}")))
+        .and_then(|rt| rt.block_on(warmstore::demo::run(args)));
+    match result {
+        Ok(summary) => {
+            summary.print();
+            ExitCode::SUCCESS
+        }
+        Err(DemoError::Refused(message)) => {
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
+        Err(DemoError::Failed(message)) => {
+            eprintln!("error: {message}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -38,6 +115,39 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
+        Command::Run { config } => {
+            let config = match load_config(&config) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            warmstore::logging::init("info");
+            match run(config) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!("{e:#}");
+                    eprintln!("error: {e:#}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Demo {
+            records,
+            partitions,
+            value_size,
+            state_dir,
+            keep_running,
+            listen,
+        } => {
+            warmstore::logging::init("warn");
+            demo(DemoArgs {
+                records,
+                partitions,
+                value_size,
+                state_dir,
+                keep_running,
+                listen,
+            })
+        }
         Command::Inspect { store_dir } => match warmstore::inspect::inspect(&store_dir) {
             Ok(report) => match serde_json::to_string_pretty(&report) {
                 Ok(json) => {
@@ -53,6 +163,13 @@ fn main() -> ExitCode {
                 eprintln!("error: {e}");
                 ExitCode::from(1)
             }
+        },
+        Command::CheckConfig { config } => match load_config(&config) {
+            Ok(c) => {
+                println!("{}: ok ({} stores)", config.display(), c.stores.len());
+                ExitCode::SUCCESS
+            }
+            Err(code) => code,
         },
     }
 }

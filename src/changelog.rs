@@ -1,0 +1,129 @@
+//! The Kafka side: one consumer with manual assignment. It never subscribes and never commits to
+//! Kafka; the stores hold the truth. librdkafka's statistics feed end and log-start offsets to the
+//! status board, so end offsets are refreshed without a request per partition.
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::{ClientContext, Statistics};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::status::Board;
+
+pub type ChangelogConsumer = BaseConsumer<EngineContext>;
+
+/// Defaults chosen for a standby that bulk-loads, then tails, with bounded memory. Every one can be
+/// overridden under `kafka:`.
+pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
+    // Required by librdkafka; never used to subscribe or commit.
+    ("group.id", "warmstore"),
+    ("enable.auto.commit", "false"),
+    ("enable.auto.offset.store", "false"),
+    // Out of range must reach warmstore (it wipes and rebuilds), never silently jump.
+    ("auto.offset.reset", "error"),
+    ("isolation.level", "read_committed"),
+    ("enable.partition.eof", "false"),
+    ("allow.auto.create.topics", "false"),
+    // End offsets, log-start offsets and positions, once a second.
+    ("statistics.interval.ms", "1000"),
+    // Per-partition prefetch bound (partition queues are split): memory stays flat with topic size.
+    ("queued.max.messages.kbytes", "1024"),
+    ("queued.min.messages", "20000"),
+    // librdkafka waits this long after a full queue before fetching again; 1 s stalls bulk loads.
+    ("fetch.queue.backoff.ms", "10"),
+    ("fetch.max.bytes", "16777216"),
+    ("fetch.wait.max.ms", "100"),
+];
+
+/// Routes librdkafka's statistics and errors into the status board.
+pub struct EngineContext {
+    board: Arc<Board>,
+    read_committed: bool,
+}
+
+impl ClientContext for EngineContext {
+    fn stats(&self, statistics: Statistics) {
+        for (topic, t) in statistics.topics {
+            for (partition, p) in t.partitions {
+                if partition < 0 {
+                    continue;
+                }
+                // Under read_committed the end is the last stable offset.
+                let end = if self.read_committed && p.ls_offset >= 0 {
+                    p.ls_offset
+                } else {
+                    p.hi_offset
+                };
+                for status in self.board.find(&topic, partition) {
+                    if end >= 0 {
+                        status.end_offset.store(end, Relaxed);
+                    }
+                    if p.lo_offset >= 0 {
+                        status.log_start.store(p.lo_offset, Relaxed);
+                    }
+                }
+            }
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::warn!(%error, reason, "kafka client error; librdkafka retries on its own");
+    }
+}
+
+impl ConsumerContext for EngineContext {}
+
+/// The consumer config: defaults, then the user's properties on top.
+pub fn client_config(kafka: &BTreeMap<String, String>) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    for (key, value) in CONSUMER_DEFAULTS {
+        config.set(*key, *value);
+    }
+    for (key, value) in kafka {
+        config.set(key, value);
+    }
+    config
+}
+
+pub fn create_consumer(
+    kafka: &BTreeMap<String, String>,
+    board: Arc<Board>,
+) -> Result<Arc<ChangelogConsumer>, KafkaError> {
+    let config = client_config(kafka);
+    let read_committed = config.get("isolation.level") != Some("read_uncommitted");
+    let consumer = config.create_with_context(EngineContext {
+        board,
+        read_committed,
+    })?;
+    Ok(Arc::new(consumer))
+}
+
+/// Every partition of `topic`, or an error that says why there are none (missing topic).
+pub fn partitions_of(
+    consumer: &ChangelogConsumer,
+    topic: &str,
+    timeout: Duration,
+) -> Result<Vec<i32>, String> {
+    let metadata = consumer
+        .fetch_metadata(Some(topic), timeout)
+        .map_err(|e| format!("cannot read metadata of topic {topic}: {e}"))?;
+    let t = metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic)
+        .ok_or_else(|| format!("topic {topic} not found"))?;
+    if let Some(error) = t.error() {
+        return Err(format!(
+            "topic {topic}: {}",
+            rdkafka::error::RDKafkaErrorCode::from(error)
+        ));
+    }
+    let partitions: Vec<i32> = t.partitions().iter().map(|p| p.id()).collect();
+    if partitions.is_empty() {
+        return Err(format!("topic {topic} has no partitions"));
+    }
+    Ok(partitions)
+}

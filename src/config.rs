@@ -1,0 +1,351 @@
+//! The YAML config (DESIGN.md, "Config"). Parsing is strict: an unknown field is an error that names
+//! the field and its line, because a silently ignored typo in a restore service costs hours.
+
+use serde::Deserialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::dirty::UncleanPolicy;
+use crate::store::{RocksDbOverrides, StoreOptions};
+use crate::units::{ByteSize, HumanDuration};
+
+/// Environment variable that overrides `kafka.bootstrap.servers` (Helm and Kubernetes set it).
+pub const BOOTSTRAP_ENV: &str = "WARMSTORE_BOOTSTRAP_SERVERS";
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// librdkafka properties, passed through as given.
+    pub kafka: BTreeMap<String, String>,
+    pub state_dir: PathBuf,
+    pub http: HttpConfig,
+    pub restore: RestoreConfig,
+    pub rocksdb: RocksDbOverrides,
+    pub stores: Vec<StoreConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RestoreConfig {
+    pub commit_interval: Duration,
+    pub max_uncommitted_bytes: u64,
+    pub on_unclean_shutdown: UncleanPolicy,
+    pub ready_max_lag: u64,
+    /// Flush once unflushed commits are this old (KAFKA-20663).
+    pub flush_interval: Duration,
+    /// RocksDB's write-ahead log; off as in Kafka Streams.
+    pub wal: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    pub name: String,
+    pub changelog: String,
+    /// `None`: every partition of the topic.
+    #[serde(default)]
+    pub partitions: Option<Vec<i32>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("config {path}: {message}")]
+pub struct ConfigError {
+    pub path: String,
+    pub message: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    kafka: BTreeMap<String, serde_yaml::Value>,
+    #[serde(default = "default_state_dir")]
+    state_dir: PathBuf,
+    #[serde(default)]
+    http: Option<HttpConfig>,
+    #[serde(default)]
+    restore: RawRestore,
+    #[serde(default)]
+    rocksdb: RocksDbOverrides,
+    #[serde(default)]
+    stores: Vec<StoreConfig>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawRestore {
+    commit_interval: Option<HumanDuration>,
+    max_uncommitted_bytes: Option<ByteSize>,
+    #[serde(default)]
+    on_unclean_shutdown: UncleanPolicy,
+    ready_max_lag: Option<u64>,
+    flush_interval: Option<HumanDuration>,
+    #[serde(default)]
+    wal: bool,
+}
+
+fn default_state_dir() -> PathBuf {
+    PathBuf::from("./state")
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 9464))
+}
+
+impl Default for RestoreConfig {
+    fn default() -> Self {
+        RestoreConfig {
+            commit_interval: Duration::from_secs(10),
+            max_uncommitted_bytes: 64 << 20,
+            on_unclean_shutdown: UncleanPolicy::Resume,
+            ready_max_lag: 10_000,
+            flush_interval: Duration::from_secs(60),
+            wal: false,
+        }
+    }
+}
+
+impl Config {
+    /// Reads and validates a config file; `bootstrap_override` is the value of
+    /// `WARMSTORE_BOOTSTRAP_SERVERS`, passed in so tests need not touch the environment.
+    pub fn load(path: &Path, bootstrap_override: Option<String>) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            path: path.display().to_string(),
+            message: format!("cannot read the file: {e}"),
+        })?;
+        Config::parse(&text, bootstrap_override).map_err(|message| ConfigError {
+            path: path.display().to_string(),
+            message,
+        })
+    }
+
+    pub fn parse(text: &str, bootstrap_override: Option<String>) -> Result<Config, String> {
+        let raw: RawConfig = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
+        let mut kafka = BTreeMap::new();
+        for (key, value) in raw.kafka {
+            let text = match value {
+                serde_yaml::Value::String(s) => s,
+                serde_yaml::Value::Number(n) => n.to_string(),
+                serde_yaml::Value::Bool(b) => b.to_string(),
+                _ => return Err(format!("kafka.{key} must be a string, number or boolean")),
+            };
+            kafka.insert(key, text);
+        }
+        if let Some(servers) = bootstrap_override.filter(|s| !s.trim().is_empty()) {
+            kafka.insert("bootstrap.servers".into(), servers);
+        }
+        let defaults = RestoreConfig::default();
+        let r = raw.restore;
+        let restore = RestoreConfig {
+            commit_interval: r.commit_interval.map_or(defaults.commit_interval, |d| d.0),
+            max_uncommitted_bytes: r
+                .max_uncommitted_bytes
+                .map_or(defaults.max_uncommitted_bytes, |b| b.0),
+            on_unclean_shutdown: r.on_unclean_shutdown,
+            ready_max_lag: r.ready_max_lag.unwrap_or(defaults.ready_max_lag),
+            flush_interval: r.flush_interval.map_or(defaults.flush_interval, |d| d.0),
+            wal: r.wal,
+        };
+        let config = Config {
+            kafka,
+            state_dir: raw.state_dir,
+            http: raw.http.unwrap_or(HttpConfig {
+                listen: default_listen(),
+            }),
+            restore,
+            rocksdb: raw.rocksdb,
+            stores: raw.stores,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if !self.kafka.contains_key("bootstrap.servers") {
+            return Err(format!(
+                "kafka.bootstrap.servers is required (or set {BOOTSTRAP_ENV})"
+            ));
+        }
+        if self.stores.is_empty() {
+            return Err("stores: at least one store is required".into());
+        }
+        if self.restore.commit_interval.is_zero() {
+            return Err("restore.commit_interval must be greater than 0".into());
+        }
+        if self.restore.max_uncommitted_bytes == 0 {
+            return Err("restore.max_uncommitted_bytes must be greater than 0".into());
+        }
+        let mut names = BTreeSet::new();
+        for (i, store) in self.stores.iter().enumerate() {
+            validate_store_name(&store.name).map_err(|e| format!("stores[{i}].name: {e}"))?;
+            if !names.insert(&store.name) {
+                return Err(format!("stores[{i}].name: `{}` is used twice", store.name));
+            }
+            if store.changelog.trim().is_empty() {
+                return Err(format!("stores[{i}].changelog must not be empty"));
+            }
+            if let Some(partitions) = &store.partitions {
+                if partitions.is_empty() {
+                    return Err(format!(
+                        "stores[{i}].partitions is empty; leave it out to restore every partition"
+                    ));
+                }
+                let mut seen = BTreeSet::new();
+                for p in partitions {
+                    if *p < 0 {
+                        return Err(format!("stores[{i}].partitions: {p} is negative"));
+                    }
+                    if !seen.insert(p) {
+                        return Err(format!("stores[{i}].partitions: {p} is listed twice"));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn store_options(&self) -> StoreOptions {
+        StoreOptions {
+            rocksdb: self.rocksdb.clone(),
+            wal: self.restore.wal,
+            flush_interval: self.restore.flush_interval,
+        }
+    }
+}
+
+/// Store names become directory names under `state_dir`, so they must never escape it.
+pub fn validate_store_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if name == "." || name == ".." {
+        return Err(format!("`{name}` is not a usable directory name"));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(format!(
+            "`{name}` contains `{c}`; use letters, digits, '.', '_' and '-' only"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FULL: &str = r#"
+kafka:
+  bootstrap.servers: 127.0.0.1:9092
+  fetch.wait.max.ms: 100
+  enable.partition.eof: false
+state_dir: ./state
+http:
+  listen: 127.0.0.1:9464
+restore:
+  commit_interval: 10s
+  max_uncommitted_bytes: 64MiB
+  on_unclean_shutdown: resume
+  ready_max_lag: 10000
+rocksdb:
+  write_buffer_size: 64MiB
+stores:
+  - name: counts
+    changelog: wordcount-counts-changelog
+    partitions: [0, 1]
+"#;
+
+    #[test]
+    fn the_documented_example_parses() {
+        let c = Config::parse(FULL, None).unwrap();
+        assert_eq!(c.kafka["bootstrap.servers"], "127.0.0.1:9092");
+        assert_eq!(c.kafka["fetch.wait.max.ms"], "100");
+        assert_eq!(c.kafka["enable.partition.eof"], "false");
+        assert_eq!(c.restore.commit_interval, Duration::from_secs(10));
+        assert_eq!(c.restore.max_uncommitted_bytes, 64 << 20);
+        assert_eq!(c.rocksdb.write_buffer_size, Some(ByteSize(64 << 20)));
+        assert_eq!(c.stores[0].partitions, Some(vec![0, 1]));
+        assert_eq!(c.http.listen, "127.0.0.1:9464".parse().unwrap());
+    }
+
+    #[test]
+    fn environment_overrides_bootstrap_servers() {
+        let c = Config::parse(FULL, Some("broker:9093".into())).unwrap();
+        assert_eq!(c.kafka["bootstrap.servers"], "broker:9093");
+        let minimal = "stores: [{name: s, changelog: t}]";
+        assert!(Config::parse(minimal, None)
+            .unwrap_err()
+            .contains("bootstrap.servers"));
+        assert!(Config::parse(minimal, Some("b:1".into())).is_ok());
+    }
+
+    #[test]
+    fn unknown_fields_name_the_field_and_line() {
+        let text = FULL.replace(
+            "  ready_max_lag: 10000",
+            "  ready_max_lag: 10000\n  comit_interval: 5s",
+        );
+        let e = Config::parse(&text, None).unwrap_err();
+        assert!(e.contains("comit_interval"), "{e}");
+        assert!(e.contains("line 14"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_explained() {
+        let e = Config::parse(&FULL.replace("10s", "10 parsecs"), None).unwrap_err();
+        assert!(
+            e.contains("restore.commit_interval") || e.contains("parsecs"),
+            "{e}"
+        );
+        assert!(e.contains("line"), "{e}");
+        let e = Config::parse(&FULL.replace("resume", "maybe"), None).unwrap_err();
+        assert!(e.contains("maybe"), "{e}");
+        let no_stores = "kafka: {bootstrap.servers: x}\nstores: []";
+        assert!(Config::parse(no_stores, None)
+            .unwrap_err()
+            .contains("at least one store"));
+    }
+
+    #[test]
+    fn store_names_never_escape_the_state_dir() {
+        for bad in ["", ".", "..", "a/b", "../x", "a\\b", "c d"] {
+            assert!(validate_store_name(bad).is_err(), "{bad:?}");
+        }
+        for good in ["counts", "word-count.v2", "A_1"] {
+            assert!(validate_store_name(good).is_ok(), "{good:?}");
+        }
+        let text = FULL.replace("name: counts", "name: ../etc");
+        assert!(Config::parse(&text, None)
+            .unwrap_err()
+            .contains("stores[0].name"));
+    }
+
+    #[test]
+    fn partitions_must_be_sane() {
+        let e = Config::parse(&FULL.replace("[0, 1]", "[0, 0]"), None).unwrap_err();
+        assert!(e.contains("listed twice"), "{e}");
+        let e = Config::parse(&FULL.replace("[0, 1]", "[-1]"), None).unwrap_err();
+        assert!(e.contains("negative"), "{e}");
+        let e = Config::parse(&FULL.replace("[0, 1]", "[]"), None).unwrap_err();
+        assert!(e.contains("empty"), "{e}");
+    }
+
+    #[test]
+    fn atomic_flush_is_accepted_but_not_a_knob() {
+        let text = FULL.replace(
+            "  write_buffer_size: 64MiB",
+            "  write_buffer_size: 64MiB\n  atomic_flush: false",
+        );
+        let c = Config::parse(&text, None).unwrap();
+        assert_eq!(c.rocksdb.atomic_flush, Some(false));
+    }
+}

@@ -1,0 +1,95 @@
+//! The HTTP endpoints (DESIGN.md, "HTTP"): `/metrics`, `/livez`, `/readyz`, `/stores`. GET only;
+//! any other method gets 405, and request bodies are refused.
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use prometheus::Registry;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use crate::status::Board;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub board: Arc<Board>,
+    pub registry: Arc<Registry>,
+    pub ready_max_lag: u64,
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/livez", get(livez))
+        .route("/readyz", get(readyz))
+        .route("/stores", get(stores))
+        .layer(DefaultBodyLimit::max(1024))
+        .with_state(state)
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    let body = crate::metrics::render(&state.registry);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
+}
+
+/// Checks no dependency: only that the restore engine is still running.
+async fn livez(State(state): State<AppState>) -> Response {
+    if state.board.restore_alive.load(Relaxed) {
+        (StatusCode::OK, "ok\n").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "restore engine is not running\n",
+        )
+            .into_response()
+    }
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    let readiness = state.board.readiness(state.ready_max_lag);
+    let code = if readiness.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, Json(readiness)).into_response()
+}
+
+async fn stores(State(state): State<AppState>) -> Response {
+    let rows: Vec<_> = state
+        .board
+        .partitions()
+        .iter()
+        .map(|p| p.snapshot())
+        .collect();
+    Json(serde_json::json!({
+        "partitions": rows,
+        "store_errors": state.board.store_errors(),
+    }))
+    .into_response()
+}
+
+/// Binds first (so a taken port is reported before anything else starts), then serves until
+/// `shutdown` resolves.
+pub async fn bind(listen: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(listen).await
+}
+
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

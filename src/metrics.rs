@@ -1,0 +1,302 @@
+//! Prometheus metrics (DESIGN.md, "Metrics"), computed from the status board when scraped. The
+//! restore loop only bumps atomics once per batch; turning them into series costs nothing until
+//! someone asks.
+
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
+use prometheus::{Encoder, Registry, TextEncoder};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::dirty::WipeReason;
+use crate::restore::policy;
+use crate::status::{Board, PartitionState, PartitionStatus};
+
+const PARTITION_LABELS: [&str; 3] = ["store", "topic", "partition"];
+
+/// (name, help, type, extra label) of every family the board produces.
+const FAMILIES: &[(&str, &str, MetricType, Option<&str>)] = &[
+    ("warmstore_changelog_end_offset", "Latest end offset seen for the changelog partition", MetricType::GAUGE, None),
+    ("warmstore_changelog_start_offset", "Log-start offset of the changelog partition", MetricType::GAUGE, None),
+    ("warmstore_store_applied_offset", "Applied offset committed in the store (-1 if none)", MetricType::GAUGE, None),
+    ("warmstore_restore_lag_records", "End offset minus consumer position", MetricType::GAUGE, None),
+    ("warmstore_restore_lag_seconds", "Age of the oldest record not yet applied, estimated from record timestamps (0 when caught up)", MetricType::GAUGE, None),
+    ("warmstore_restore_progress_ratio", "Progress of the current catch-up, 1 when caught up", MetricType::GAUGE, None),
+    ("warmstore_restore_eta_seconds", "Lag divided by the smoothed apply rate; absent when unknown", MetricType::GAUGE, None),
+    ("warmstore_records_restored_total", "Records applied, tombstones included", MetricType::COUNTER, None),
+    ("warmstore_bytes_restored_total", "Key plus value bytes applied", MetricType::COUNTER, None),
+    ("warmstore_store_state", "1 for the partition's current state", MetricType::GAUGE, Some("state")),
+    ("warmstore_store_wipes_total", "Store wipes by reason", MetricType::COUNTER, Some("reason")),
+    ("warmstore_unclean_shutdowns_total", "Stores found open (not closed cleanly) and resumed", MetricType::COUNTER, None),
+    ("warmstore_invalid_records_total", "Records skipped as invalid, by reason", MetricType::COUNTER, Some("reason")),
+    ("warmstore_commits_total", "Store commits", MetricType::COUNTER, None),
+    ("warmstore_store_estimated_keys", "RocksDB's estimate of the keys in the store", MetricType::GAUGE, None),
+    ("warmstore_store_disk_bytes", "Bytes of the store directory on disk", MetricType::GAUGE, None),
+];
+
+/// Turns the board into metric families at scrape time.
+struct BoardCollector {
+    board: Arc<Board>,
+    ready_max_lag: u64,
+    descs: Vec<Desc>,
+}
+
+fn label(name: &str, value: &str) -> LabelPair {
+    let mut pair = LabelPair::default();
+    pair.set_name(name.to_string());
+    pair.set_value(value.to_string());
+    pair
+}
+
+fn sample(labels: Vec<LabelPair>, kind: MetricType, value: f64) -> Metric {
+    let mut metric = Metric::default();
+    metric.set_label(labels);
+    if kind == MetricType::COUNTER {
+        let mut c = Counter::default();
+        c.set_value(value);
+        metric.set_counter(c);
+    } else {
+        let mut g = Gauge::default();
+        g.set_value(value);
+        metric.set_gauge(g);
+    }
+    metric
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// One series of a partition: family name, the optional extra label (state or reason), value.
+type Sample = (&'static str, Option<(&'static str, &'static str)>, f64);
+
+/// Every series of one partition.
+fn partition_values(p: &PartitionStatus, now_ms: i64) -> Vec<Sample> {
+    let mut out = Vec::new();
+    let mut gauge = |name: &'static str, v: i64| {
+        if v >= 0 {
+            out.push((name, None, v as f64));
+        }
+    };
+    gauge("warmstore_changelog_end_offset", p.end_offset.load(Relaxed));
+    gauge(
+        "warmstore_changelog_start_offset",
+        p.log_start.load(Relaxed),
+    );
+    out.push((
+        "warmstore_store_applied_offset",
+        None,
+        p.applied.load(Relaxed) as f64,
+    ));
+    let state = p.state();
+    if let Some(lag) = p.lag() {
+        out.push(("warmstore_restore_lag_records", None, lag as f64));
+        let caught_up = lag == 0;
+        let ts = p.last_record_ts_ms.load(Relaxed);
+        if caught_up {
+            out.push(("warmstore_restore_lag_seconds", None, 0.0));
+        } else if ts >= 0 {
+            out.push((
+                "warmstore_restore_lag_seconds",
+                None,
+                ((now_ms - ts).max(0) as f64) / 1000.0,
+            ));
+        }
+        let progress = if caught_up {
+            1.0
+        } else {
+            policy::progress(
+                p.catchup_from.load(Relaxed),
+                p.catchup_target.load(Relaxed),
+                p.position.load(Relaxed),
+            )
+        };
+        out.push(("warmstore_restore_progress_ratio", None, progress));
+        if let Some(eta) = policy::eta_seconds(lag, p.rate()) {
+            out.push(("warmstore_restore_eta_seconds", None, eta));
+        }
+    }
+    out.push((
+        "warmstore_records_restored_total",
+        None,
+        p.records.load(Relaxed) as f64,
+    ));
+    out.push((
+        "warmstore_bytes_restored_total",
+        None,
+        p.bytes.load(Relaxed) as f64,
+    ));
+    for s in PartitionState::ALL {
+        out.push((
+            "warmstore_store_state",
+            Some(("state", s.label())),
+            f64::from(u8::from(s == state)),
+        ));
+    }
+    for r in WipeReason::ALL {
+        out.push((
+            "warmstore_store_wipes_total",
+            Some(("reason", r.label())),
+            p.wipes(r) as f64,
+        ));
+    }
+    out.push((
+        "warmstore_unclean_shutdowns_total",
+        None,
+        p.unclean_shutdowns.load(Relaxed) as f64,
+    ));
+    out.push((
+        "warmstore_invalid_records_total",
+        Some(("reason", "null_key")),
+        p.null_keys.load(Relaxed) as f64,
+    ));
+    out.push((
+        "warmstore_commits_total",
+        None,
+        p.commits.load(Relaxed) as f64,
+    ));
+    out.push((
+        "warmstore_store_estimated_keys",
+        None,
+        p.estimated_keys.load(Relaxed) as f64,
+    ));
+    out.push((
+        "warmstore_store_disk_bytes",
+        None,
+        p.disk_bytes.load(Relaxed) as f64,
+    ));
+    out
+}
+
+impl Collector for BoardCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let now = now_ms();
+        let mut samples: BTreeMap<&str, Vec<Metric>> = BTreeMap::new();
+        let mut histograms = Vec::new();
+        for p in self.board.partitions() {
+            let partition = p.partition.to_string();
+            for (name, extra, value) in partition_values(&p, now) {
+                let mut labels = vec![
+                    label("store", &p.store),
+                    label("topic", &p.topic),
+                    label("partition", &partition),
+                ];
+                if let Some((k, v)) = extra {
+                    labels.push(label(k, v));
+                }
+                let kind = FAMILIES
+                    .iter()
+                    .find(|f| f.0 == name)
+                    .map_or(MetricType::GAUGE, |f| f.2);
+                samples
+                    .entry(name)
+                    .or_default()
+                    .push(sample(labels, kind, value));
+            }
+            for family in p.commit_seconds.collect() {
+                histograms.extend(family.get_metric().iter().cloned());
+            }
+        }
+        let mut families: Vec<MetricFamily> = FAMILIES
+            .iter()
+            .filter_map(|(name, help, kind, _)| {
+                let metrics = samples.remove(name)?;
+                let mut family = MetricFamily::default();
+                family.set_name(name.to_string());
+                family.set_help(help.to_string());
+                family.set_field_type(*kind);
+                family.set_metric(metrics);
+                Some(family)
+            })
+            .collect();
+        if !histograms.is_empty() {
+            let mut family = MetricFamily::default();
+            family.set_name("warmstore_commit_duration_seconds".into());
+            family.set_help("Store commit latency".into());
+            family.set_field_type(MetricType::HISTOGRAM);
+            family.set_metric(histograms);
+            families.push(family);
+        }
+        let mut ready = MetricFamily::default();
+        ready.set_name("warmstore_ready".into());
+        ready.set_help("1 when /readyz answers 200".into());
+        ready.set_field_type(MetricType::GAUGE);
+        let is_ready = self.board.readiness(self.ready_max_lag).ready;
+        ready.set_metric(vec![sample(
+            Vec::new(),
+            MetricType::GAUGE,
+            f64::from(u8::from(is_ready)),
+        )]);
+        families.push(ready);
+        families
+    }
+}
+
+/// The registry behind `/metrics`: the board's families plus the process collector.
+pub fn registry(board: Arc<Board>, ready_max_lag: u64) -> Registry {
+    let registry = Registry::new();
+    let mut descs: Vec<Desc> = FAMILIES
+        .iter()
+        .filter_map(|(name, help, _, extra)| {
+            let mut labels: Vec<String> = PARTITION_LABELS.iter().map(|s| s.to_string()).collect();
+            labels.extend(extra.map(str::to_string));
+            Desc::new(
+                name.to_string(),
+                help.to_string(),
+                labels,
+                Default::default(),
+            )
+            .ok()
+        })
+        .collect();
+    descs.extend(
+        Desc::new(
+            "warmstore_ready".into(),
+            "1 when /readyz answers 200".into(),
+            vec![],
+            Default::default(),
+        )
+        .ok(),
+    );
+    descs.extend(
+        Desc::new(
+            "warmstore_commit_duration_seconds".into(),
+            "Store commit latency".into(),
+            PARTITION_LABELS.iter().map(|s| s.to_string()).collect(),
+            Default::default(),
+        )
+        .ok(),
+    );
+    let collector = BoardCollector {
+        board,
+        ready_max_lag,
+        descs,
+    };
+    if let Err(e) = registry.register(Box::new(collector)) {
+        tracing::error!(error = %e, "cannot register warmstore metrics");
+    }
+    if let Err(e) = registry.register(Box::new(
+        prometheus::process_collector::ProcessCollector::for_self(),
+    )) {
+        tracing::warn!(error = %e, "cannot register process metrics");
+    }
+    registry
+}
+
+/// The Prometheus text exposition of everything registered.
+pub fn render(registry: &Registry) -> String {
+    let mut buffer = Vec::new();
+    if let Err(e) = TextEncoder::new().encode(&registry.gather(), &mut buffer) {
+        tracing::error!(error = %e, "cannot encode metrics");
+    }
+    String::from_utf8(buffer).unwrap_or_default()
+}

@@ -1,0 +1,205 @@
+//! The restore engine: every configured store partition consumed into its own store, resumed from
+//! the offset inside the store, rebuilt when dirty, then tailed as a warm standby.
+
+pub mod policy;
+mod worker;
+
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::changelog::{self, ChangelogConsumer};
+use crate::config::{Config, StoreConfig};
+use crate::status::{Board, PartitionStatus};
+use crate::store::{StorePaths, TopicPartition};
+use worker::Worker;
+
+const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("cannot create the Kafka consumer: {0}")]
+    Consumer(#[from] rdkafka::error::KafkaError),
+    #[error("cannot start a thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
+/// A running engine. `stop` (or drop) closes every store cleanly.
+pub struct Engine {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+    board: Arc<Board>,
+}
+
+impl Engine {
+    pub fn start(config: &Config, board: Arc<Board>) -> Result<Engine, EngineError> {
+        let options = config.store_options();
+        options.warn_about_ignored_settings();
+        let consumer = changelog::create_consumer(&config.kafka, board.clone())?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+
+        // The main queue must be polled to serve statistics and error callbacks; records arrive on
+        // the per-partition queues instead.
+        let (c, s) = (consumer.clone(), stop.clone());
+        threads.push(spawn("kafka-poll", move || {
+            while !s.load(Relaxed) {
+                if let Some(Err(e)) = c.poll(Duration::from_millis(100)) {
+                    tracing::warn!(error = %e, "consumer error");
+                }
+            }
+        })?);
+
+        let known_partitions: usize = config
+            .stores
+            .iter()
+            .map(|s| s.partitions.as_ref().map_or(1, Vec::len))
+            .sum();
+        let budget =
+            policy::partition_budget(config.restore.max_uncommitted_bytes, known_partitions);
+        for store in &config.stores {
+            let setup = StoreSetup {
+                store: store.clone(),
+                config: config.clone(),
+                consumer: consumer.clone(),
+                board: board.clone(),
+                stop: stop.clone(),
+                budget,
+            };
+            threads.push(spawn(&format!("store-{}", store.name), move || {
+                setup.run()
+            })?);
+        }
+        board.restore_alive.store(true, Relaxed);
+        Ok(Engine {
+            stop,
+            threads,
+            board,
+        })
+    }
+
+    /// Stops fetching, commits, flushes, writes `status` 0 and closes every store.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Relaxed);
+        for thread in self.threads.drain(..) {
+            if thread.join().is_err() {
+                tracing::error!("a restore thread panicked");
+            }
+        }
+        self.board.restore_alive.store(false, Relaxed);
+    }
+
+    /// True while every restore thread is running (for `/livez`).
+    pub fn is_alive(&self) -> bool {
+        self.threads.iter().all(|t| !t.is_finished())
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name.chars().take(15).collect())
+        .spawn(f)
+}
+
+/// Resolves one store's partitions (retrying while the topic is missing), then runs a worker per
+/// partition. A missing topic fails this store only.
+struct StoreSetup {
+    store: StoreConfig,
+    config: Config,
+    consumer: Arc<ChangelogConsumer>,
+    board: Arc<Board>,
+    stop: Arc<AtomicBool>,
+    budget: usize,
+}
+
+impl StoreSetup {
+    fn run(self) {
+        let Some(partitions) = self.resolve_partitions() else {
+            return;
+        };
+        let mut workers = Vec::new();
+        for partition in partitions {
+            let tp = TopicPartition::new(&self.store.changelog, partition);
+            let paths = StorePaths::new(&self.config.state_dir, &self.store.name, partition);
+            let status = Arc::new(PartitionStatus::new(
+                &self.store.name,
+                &tp.topic,
+                partition,
+                paths.db.clone(),
+            ));
+            self.board.add(status.clone());
+            // Split before assigning, so no record of this partition reaches the main queue.
+            let Some(queue) = self.consumer.split_partition_queue(&tp.topic, partition) else {
+                status.set_state(
+                    crate::status::PartitionState::Failed,
+                    Some(format!("cannot create a queue for {tp}")),
+                );
+                continue;
+            };
+            let worker = Worker {
+                consumer: self.consumer.clone(),
+                queue,
+                status,
+                tp,
+                paths,
+                options: self.config.store_options(),
+                restore: self.config.restore.clone(),
+                budget: self.budget,
+                stop: self.stop.clone(),
+            };
+            match spawn(&format!("{}-{partition}", self.store.name), move || {
+                worker.run()
+            }) {
+                Ok(handle) => workers.push(handle),
+                Err(e) => {
+                    tracing::error!(store = %self.store.name, partition, error = %e, "cannot start a worker")
+                }
+            }
+        }
+        for worker in workers {
+            let _ = worker.join();
+        }
+    }
+
+    fn resolve_partitions(&self) -> Option<Vec<i32>> {
+        if let Some(partitions) = &self.store.partitions {
+            return Some(partitions.clone());
+        }
+        let mut attempt = 0;
+        loop {
+            match changelog::partitions_of(&self.consumer, &self.store.changelog, METADATA_TIMEOUT)
+            {
+                Ok(partitions) => {
+                    self.board.set_store_error(&self.store.name, None);
+                    return Some(partitions);
+                }
+                Err(error) => {
+                    let delay = policy::backoff(attempt);
+                    attempt += 1;
+                    tracing::warn!(store = %self.store.name, topic = %self.store.changelog, %error,
+                        retry_in_s = delay.as_secs(), "store failed; retrying");
+                    self.board.set_store_error(&self.store.name, Some(error));
+                    let until = Instant::now() + delay;
+                    while Instant::now() < until {
+                        if self.stop.load(Relaxed) {
+                            return None;
+                        }
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! The restore loop's decisions, free of I/O: caught up or not, commit now or not, how long to back
+//! off. Offsets here may have gaps (compaction, aborted transactions) and the end offset may sit past
+//! the last record (transaction markers), so nothing assumes `last record + 1 == end`.
+
+use std::time::Duration;
+
+/// Caught up when the consumer position has reached the end offset. The position is where the next
+/// fetch starts, and it moves past markers that are never delivered as records.
+pub fn caught_up(position: i64, end_offset: i64) -> bool {
+    position >= end_offset
+}
+
+/// Records between position and end offset, never negative.
+pub fn lag(position: i64, end_offset: i64) -> i64 {
+    end_offset.saturating_sub(position).max(0)
+}
+
+/// Why a commit is due now; `None` when it is not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitReason {
+    /// The uncommitted buffer reached its share of `max_uncommitted_bytes`.
+    Bytes,
+    /// `commit_interval` has passed since the last commit.
+    Interval,
+    /// The partition just caught up: make the warm state durable right away.
+    CaughtUp,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Pending {
+    /// Something was applied (or skipped) since the last commit, so the offset would move.
+    pub dirty: bool,
+    pub uncommitted_bytes: usize,
+    pub since_last_commit: Duration,
+    /// The partition went from behind to caught up in this batch.
+    pub just_caught_up: bool,
+}
+
+pub fn commit_due(p: Pending, commit_interval: Duration, max_bytes: usize) -> Option<CommitReason> {
+    if !p.dirty {
+        None
+    } else if p.uncommitted_bytes >= max_bytes {
+        Some(CommitReason::Bytes)
+    } else if p.just_caught_up {
+        Some(CommitReason::CaughtUp)
+    } else if p.since_last_commit >= commit_interval {
+        Some(CommitReason::Interval)
+    } else {
+        None
+    }
+}
+
+/// `max_uncommitted_bytes` bounds the whole process, so each partition gets an equal share (at
+/// least 64 KiB, so tiny budgets do not turn into a commit per record).
+pub fn partition_budget(max_uncommitted_bytes: u64, partitions: usize) -> usize {
+    let share = max_uncommitted_bytes / partitions.max(1) as u64;
+    share.max(64 << 10) as usize
+}
+
+/// Exponential backoff for retries of a failed partition: 1 s, 2 s, 4 s ... capped at 30 s.
+pub fn backoff(attempt: u32) -> Duration {
+    Duration::from_secs(1u64 << attempt.min(5)).min(Duration::from_secs(30))
+}
+
+/// Fraction of the current catch-up done: measured from where it started to the end offset seen
+/// then, so it never moves backwards while new records keep arriving.
+pub fn progress(from: i64, target: i64, position: i64) -> f64 {
+    if target <= from || position >= target {
+        1.0
+    } else {
+        ((position - from).max(0) as f64 / (target - from) as f64).clamp(0.0, 1.0)
+    }
+}
+
+/// Exponentially smoothed rate: recent batches weigh more, one slow batch does not swing the ETA.
+pub fn smooth_rate(previous: f64, records: u64, elapsed: Duration) -> f64 {
+    let secs = elapsed.as_secs_f64();
+    if secs <= 0.0 {
+        return previous;
+    }
+    let sample = records as f64 / secs;
+    // The weight grows with the sample's length: a 1 s window moves it about 40% of the way.
+    let alpha = 1.0 - (-secs / 2.0).exp();
+    if previous <= 0.0 {
+        sample
+    } else {
+        previous + alpha * (sample - previous)
+    }
+}
+
+/// Seconds to catch up at the smoothed rate; `None` (absent / NaN) when the rate is unknown.
+pub fn eta_seconds(lag: i64, rate: f64) -> Option<f64> {
+    if lag <= 0 {
+        Some(0.0)
+    } else if rate > 0.0 {
+        Some(lag as f64 / rate)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caught_up_is_position_against_end_offset_never_last_record() {
+        // Records at 0..=9, then a commit marker at 10: end offset 11.
+        // After consuming record 9 the position is 10: not yet caught up.
+        assert!(!caught_up(10, 11));
+        // The consumer moves past the marker without delivering it: position 11.
+        assert!(caught_up(11, 11));
+        assert_eq!(lag(10, 11), 1);
+        assert_eq!(lag(11, 11), 0);
+    }
+
+    #[test]
+    fn gaps_in_offsets_do_not_confuse_the_lag() {
+        // Compaction left offsets 0, 5, 9; end offset 10. Position after offset 5 is 6.
+        assert_eq!(lag(6, 10), 4);
+        assert!(!caught_up(6, 10));
+        assert!(caught_up(10, 10));
+    }
+
+    #[test]
+    fn lag_is_never_negative() {
+        // A stale end offset below the position (refreshed periodically).
+        assert_eq!(lag(20, 15), 0);
+        assert!(caught_up(20, 15));
+    }
+
+    fn pending(dirty: bool, bytes: usize, secs: u64, just_caught_up: bool) -> Pending {
+        Pending {
+            dirty,
+            uncommitted_bytes: bytes,
+            since_last_commit: Duration::from_secs(secs),
+            just_caught_up,
+        }
+    }
+
+    #[test]
+    fn commit_rules() {
+        let interval = Duration::from_secs(10);
+        assert_eq!(
+            commit_due(pending(false, 1 << 30, 99, true), interval, 1024),
+            None
+        );
+        assert_eq!(
+            commit_due(pending(true, 1024, 0, false), interval, 1024),
+            Some(CommitReason::Bytes)
+        );
+        assert_eq!(
+            commit_due(pending(true, 10, 0, true), interval, 1024),
+            Some(CommitReason::CaughtUp)
+        );
+        assert_eq!(
+            commit_due(pending(true, 10, 10, false), interval, 1024),
+            Some(CommitReason::Interval)
+        );
+        assert_eq!(
+            commit_due(pending(true, 10, 9, false), interval, 1024),
+            None
+        );
+    }
+
+    #[test]
+    fn budget_is_shared_between_partitions() {
+        assert_eq!(partition_budget(64 << 20, 64), 1 << 20);
+        assert_eq!(partition_budget(64 << 20, 0), 64 << 20);
+        assert_eq!(partition_budget(1024, 4), 64 << 10);
+    }
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        assert_eq!(backoff(0), Duration::from_secs(1));
+        assert_eq!(backoff(1), Duration::from_secs(2));
+        assert_eq!(backoff(4), Duration::from_secs(16));
+        assert_eq!(backoff(5), Duration::from_secs(30));
+        assert_eq!(backoff(100), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn progress_is_against_the_target_fixed_at_start() {
+        assert_eq!(progress(100, 200, 150), 0.5);
+        assert_eq!(progress(100, 200, 250), 1.0);
+        assert_eq!(progress(100, 100, 100), 1.0);
+        assert_eq!(progress(100, 200, 50), 0.0);
+    }
+
+    #[test]
+    fn rate_and_eta() {
+        let r = smooth_rate(0.0, 1000, Duration::from_secs(1));
+        assert_eq!(r, 1000.0);
+        let r2 = smooth_rate(r, 2000, Duration::from_secs(1));
+        assert!(r2 > 1000.0 && r2 < 2000.0, "{r2}");
+        assert_eq!(smooth_rate(r, 5, Duration::ZERO), r);
+        assert_eq!(eta_seconds(0, 0.0), Some(0.0));
+        assert_eq!(eta_seconds(500, 1000.0), Some(0.5));
+        assert_eq!(eta_seconds(500, 0.0), None);
+    }
+}

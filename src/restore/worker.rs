@@ -1,0 +1,390 @@
+//! One thread per store partition: open the store under the dirty rules, assign the partition at
+//! the store's own offset, apply records in commits, keep tailing. RocksDB work stays on this thread,
+//! never on the async runtime, and partitions progress independently.
+
+use rdkafka::consumer::base_consumer::PartitionQueue;
+use rdkafka::consumer::Consumer;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::policy::{self, Pending};
+use crate::changelog::{ChangelogConsumer, EngineContext};
+use crate::config::RestoreConfig;
+use crate::dirty::{LogBounds, WipeReason};
+use crate::status::{PartitionState, PartitionStatus};
+use crate::store::{OpenOutcome, Store, StoreOptions, StorePaths, TopicPartition};
+
+const POLL_TIMEOUT: Duration = Duration::from_millis(100);
+const WATERMARK_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bookkeeping (commit decision, status update) happens at least this often in records.
+const MAX_BATCH_RECORDS: usize = 10_000;
+const PROPERTIES_EVERY: Duration = Duration::from_secs(5);
+
+pub struct Worker {
+    pub consumer: Arc<ChangelogConsumer>,
+    pub queue: PartitionQueue<EngineContext>,
+    pub status: Arc<PartitionStatus>,
+    pub tp: TopicPartition,
+    pub paths: StorePaths,
+    pub options: StoreOptions,
+    pub restore: RestoreConfig,
+    /// This partition's share of `max_uncommitted_bytes`.
+    pub budget: usize,
+    pub stop: Arc<AtomicBool>,
+}
+
+/// How a restore attempt ended badly. Kafka trouble leaves the store healthy (it is closed cleanly
+/// before retrying); store trouble drops it unclosed and reopens it through the dirty rules.
+enum Failure {
+    Kafka(String),
+    Store(String),
+}
+
+impl Failure {
+    fn message(&self) -> &str {
+        match self {
+            Failure::Kafka(m) | Failure::Store(m) => m,
+        }
+    }
+}
+
+/// Keeps the partition assigned while alive; unassigns on drop, on every exit path.
+struct Assignment<'a> {
+    consumer: &'a ChangelogConsumer,
+    list: TopicPartitionList,
+}
+
+impl<'a> Assignment<'a> {
+    fn new(
+        consumer: &'a ChangelogConsumer,
+        tp: &TopicPartition,
+        offset: i64,
+    ) -> Result<Self, Failure> {
+        let mut list = TopicPartitionList::new();
+        list.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(offset))
+            .map_err(|e| Failure::Kafka(e.to_string()))?;
+        consumer
+            .incremental_assign(&list)
+            .map_err(|e| Failure::Kafka(format!("cannot assign {tp}: {e}")))?;
+        Ok(Assignment { consumer, list })
+    }
+}
+
+impl Drop for Assignment<'_> {
+    fn drop(&mut self) {
+        let _ = self.consumer.incremental_unassign(&self.list);
+    }
+}
+
+/// What the message loop saw in one batch.
+#[derive(Default)]
+struct Batch {
+    records: u64,
+    bytes: u64,
+    null_keys: u64,
+    out_of_range: Option<String>,
+    /// The partition cannot be consumed (topic or partition gone).
+    kafka_failure: Option<String>,
+}
+
+impl Worker {
+    /// Runs until the stop flag is set; failures are logged, shown as `failed` and retried with
+    /// exponential backoff.
+    pub fn run(self) {
+        let mut attempt = 0;
+        while !self.stop.load(Relaxed) {
+            let started = Instant::now();
+            match self.attempt() {
+                Ok(()) => break,
+                Err(failure) => {
+                    if started.elapsed() > Duration::from_secs(60) {
+                        attempt = 0;
+                    }
+                    let delay = policy::backoff(attempt);
+                    attempt += 1;
+                    tracing::warn!(
+                        store = %self.status.store,
+                        topic = %self.tp.topic,
+                        partition = self.tp.partition,
+                        error = failure.message(),
+                        retry_in_s = delay.as_secs(),
+                        "store partition failed; retrying"
+                    );
+                    self.status
+                        .set_state(PartitionState::Failed, Some(failure.message().to_string()));
+                    self.sleep(delay);
+                }
+            }
+        }
+    }
+
+    fn sleep(&self, duration: Duration) {
+        let until = Instant::now() + duration;
+        while !self.stop.load(Relaxed) && Instant::now() < until {
+            std::thread::sleep(POLL_TIMEOUT);
+        }
+    }
+
+    fn bounds(&self) -> Result<LogBounds, Failure> {
+        let (low, high) = self
+            .consumer
+            .fetch_watermarks(&self.tp.topic, self.tp.partition, WATERMARK_TIMEOUT)
+            .map_err(|e| Failure::Kafka(format!("cannot read the offsets of {}: {e}", self.tp)))?;
+        self.status.log_start.store(low, Relaxed);
+        self.status.end_offset.store(high, Relaxed);
+        Ok(LogBounds {
+            log_start: low,
+            high_watermark: high,
+        })
+    }
+
+    fn attempt(&self) -> Result<(), Failure> {
+        self.status
+            .set_state(PartitionState::Opening, self.status.error());
+        let bounds = self.bounds()?;
+        let (store, outcome) = Store::open(
+            self.paths.clone(),
+            self.tp.clone(),
+            &self.options,
+            self.restore.on_unclean_shutdown,
+            Some(bounds),
+        )
+        .map_err(|e| Failure::Store(e.to_string()))?;
+        match &outcome {
+            OpenOutcome::Wiped { reason, .. } => self.status.count_wipe(*reason),
+            OpenOutcome::Resumed { unclean: true, .. } => {
+                self.status.unclean_shutdowns.fetch_add(1, Relaxed);
+                tracing::info!(store = %self.status.store, topic = %self.tp.topic, partition = self.tp.partition,
+                    "store was not closed cleanly; resuming (on_unclean_shutdown: resume)");
+            }
+            _ => {}
+        }
+        tracing::info!(store = %self.status.store, topic = %self.tp.topic, partition = self.tp.partition,
+            outcome = ?outcome, log_start = bounds.log_start, end_offset = bounds.high_watermark, "store opened");
+        self.restore_loop(store, bounds)
+    }
+
+    fn restore_loop(&self, mut store: Store, bounds: LogBounds) -> Result<(), Failure> {
+        let status = &self.status;
+        let mut next = store.applied().map_or(bounds.log_start, |a| a + 1);
+        let mut assignment = Assignment::new(&self.consumer, &self.tp, next)?;
+        // Offset of the last record taken from the log (applied or skipped), committed or not.
+        let mut last_taken = store.applied();
+        let mut last_commit = Instant::now();
+        let mut last_batch = Instant::now();
+        let mut last_properties = Instant::now() - PROPERTIES_EVERY;
+        let mut was_caught_up = false;
+        let mut first_catch_up_flushed = false;
+        status.applied.store(store.applied().unwrap_or(-1), Relaxed);
+        status.position.store(next, Relaxed);
+        status.catchup_from.store(next, Relaxed);
+        status.catchup_target.store(bounds.high_watermark, Relaxed);
+        status.set_state(PartitionState::Restoring, None);
+
+        while !self.stop.load(Relaxed) {
+            let batch = self.take_batch(&mut store, &mut next, &mut last_taken);
+            if let Some(message) = batch.kafka_failure {
+                drop(assignment);
+                self.finish(store, last_taken)?;
+                return Err(Failure::Kafka(message));
+            }
+            if let Some(detail) = batch.out_of_range {
+                drop(assignment);
+                status.set_state(PartitionState::Wiping, None);
+                let bounds = match self.bounds() {
+                    Ok(bounds) => bounds,
+                    Err(failure) => {
+                        self.finish(store, last_taken)?;
+                        return Err(failure);
+                    }
+                };
+                store = store
+                    .wipe(WipeReason::OffsetOutOfRange, &detail)
+                    .map_err(|e| Failure::Store(e.to_string()))?;
+                status.count_wipe(WipeReason::OffsetOutOfRange);
+                next = bounds.log_start;
+                last_taken = None;
+                was_caught_up = false;
+                first_catch_up_flushed = false;
+                status.applied.store(-1, Relaxed);
+                status.catchup_from.store(next, Relaxed);
+                status.catchup_target.store(bounds.high_watermark, Relaxed);
+                status.set_state(PartitionState::Restoring, None);
+                assignment = Assignment::new(&self.consumer, &self.tp, next)?;
+                continue;
+            }
+
+            // Markers are never delivered; when idle, the consumer's own position moves past them.
+            if batch.records == 0 && batch.null_keys == 0 {
+                if let Some(position) = self.consumer_position() {
+                    next = next.max(position);
+                }
+            }
+            let end = status.end_offset.load(Relaxed);
+            let caught_up = policy::caught_up(next, end);
+            if was_caught_up && !caught_up {
+                status.catchup_from.store(next, Relaxed);
+                status.catchup_target.store(end, Relaxed);
+            }
+            let pending = Pending {
+                dirty: last_taken > store.applied(),
+                uncommitted_bytes: store.uncommitted_bytes(),
+                since_last_commit: last_commit.elapsed(),
+                just_caught_up: caught_up && !was_caught_up,
+            };
+            if let (Some(_), Some(offset)) = (
+                policy::commit_due(pending, self.restore.commit_interval, self.budget),
+                last_taken,
+            ) {
+                let started = Instant::now();
+                store
+                    .commit(offset)
+                    .map_err(|e| Failure::Store(e.to_string()))?;
+                status
+                    .commit_seconds
+                    .observe(started.elapsed().as_secs_f64());
+                status.commits.fetch_add(1, Relaxed);
+                status.applied.store(offset, Relaxed);
+                last_commit = Instant::now();
+            }
+            // The first catch-up after open (or a wipe) is made durable at once. Otherwise, with the
+            // WAL off, a process killed again and again before the time-bound flush would restart
+            // every restore from scratch. Later catch-ups rely on the time bound.
+            if caught_up && !first_catch_up_flushed {
+                store.flush().map_err(|e| Failure::Store(e.to_string()))?;
+                first_catch_up_flushed = true;
+            }
+            let now = Instant::now();
+            store
+                .maybe_flush(now)
+                .map_err(|e| Failure::Store(e.to_string()))?;
+
+            status.records.fetch_add(batch.records, Relaxed);
+            status.bytes.fetch_add(batch.bytes, Relaxed);
+            status.null_keys.fetch_add(batch.null_keys, Relaxed);
+            status.position.store(next, Relaxed);
+            let rate = policy::smooth_rate(
+                status.rate(),
+                batch.records + batch.null_keys,
+                now - last_batch,
+            );
+            status.rate_bits.store(rate.to_bits(), Relaxed);
+            last_batch = now;
+            if now - last_properties >= PROPERTIES_EVERY {
+                status.estimated_keys.store(store.estimated_keys(), Relaxed);
+                status.disk_bytes.store(store.disk_bytes(), Relaxed);
+                last_properties = now;
+            }
+            let state = if caught_up {
+                PartitionState::CaughtUp
+            } else {
+                PartitionState::Restoring
+            };
+            if state != status.state() {
+                status.set_state(state, None);
+            }
+            was_caught_up = caught_up;
+        }
+
+        drop(assignment);
+        self.finish(store, last_taken)
+    }
+
+    /// Clean close: commit everything taken, flush, `status` 0.
+    fn finish(&self, mut store: Store, last_taken: Option<i64>) -> Result<(), Failure> {
+        if let Some(offset) = last_taken.filter(|o| Some(*o) > store.applied()) {
+            store
+                .commit(offset)
+                .map_err(|e| Failure::Store(e.to_string()))?;
+            self.status.applied.store(offset, Relaxed);
+        }
+        store
+            .close(None)
+            .map_err(|e| Failure::Store(e.to_string()))?;
+        tracing::info!(store = %self.status.store, topic = %self.tp.topic, partition = self.tp.partition,
+            applied = ?last_taken, "store closed cleanly");
+        Ok(())
+    }
+
+    /// Drains up to one batch from the partition queue into the store's uncommitted buffer. The
+    /// per-record path does no allocation, logging or metric update.
+    fn take_batch(&self, store: &mut Store, next: &mut i64, last_taken: &mut Option<i64>) -> Batch {
+        let mut batch = Batch::default();
+        let mut message = self.queue.poll(POLL_TIMEOUT);
+        while let Some(result) = message {
+            match result {
+                Ok(m) => {
+                    let offset = m.offset();
+                    if offset >= *next {
+                        match m.key() {
+                            None => batch.null_keys += 1,
+                            Some(key) => {
+                                match m.payload() {
+                                    Some(value) => {
+                                        store.put(key, value);
+                                        batch.bytes += value.len() as u64;
+                                    }
+                                    None => store.delete(key),
+                                }
+                                batch.bytes += key.len() as u64;
+                                batch.records += 1;
+                            }
+                        }
+                        *next = offset + 1;
+                        *last_taken = Some(offset);
+                        if let Some(ts) = m.timestamp().to_millis() {
+                            self.status.last_record_ts_ms.store(ts, Relaxed);
+                        }
+                    }
+                }
+                Err(KafkaError::MessageConsumption(code)) => match code {
+                    RDKafkaErrorCode::OffsetOutOfRange | RDKafkaErrorCode::AutoOffsetReset => {
+                        batch.out_of_range = Some(format!(
+                            "fetch at offset {next} of {} is out of range (retention or compaction passed the store)",
+                            self.tp
+                        ));
+                        break;
+                    }
+                    RDKafkaErrorCode::UnknownTopicOrPartition
+                    | RDKafkaErrorCode::UnknownTopic
+                    | RDKafkaErrorCode::UnknownPartition => {
+                        batch.kafka_failure = Some(format!("{}: {code}", self.tp));
+                        break;
+                    }
+                    other => {
+                        tracing::warn!(store = %self.status.store, topic = %self.tp.topic,
+                            partition = self.tp.partition, error = %other, "fetch error; librdkafka retries");
+                    }
+                },
+                Err(other) => {
+                    tracing::warn!(store = %self.status.store, topic = %self.tp.topic,
+                        partition = self.tp.partition, error = %other, "consumer error");
+                }
+            }
+            if batch.records as usize >= MAX_BATCH_RECORDS
+                || store.uncommitted_bytes() >= self.budget
+            {
+                break;
+            }
+            message = self.queue.poll(Duration::ZERO);
+        }
+        batch
+    }
+
+    /// librdkafka's position for this partition, which accounts for skipped control records.
+    fn consumer_position(&self) -> Option<i64> {
+        let positions = self.consumer.position().ok()?;
+        match positions
+            .find_partition(&self.tp.topic, self.tp.partition)?
+            .offset()
+        {
+            Offset::Offset(o) if o >= 0 => Some(o),
+            _ => None,
+        }
+    }
+}

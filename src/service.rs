@@ -1,0 +1,97 @@
+//! The service as `run` and `demo` share it: the restore engine on its threads, the HTTP endpoints
+//! on the async runtime, and a clean stop.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::config::Config;
+use crate::http::{self, AppState};
+use crate::restore::{Engine, EngineError};
+use crate::status::Board;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+pub struct Service {
+    engine: Engine,
+    pub board: Arc<Board>,
+    pub http_addr: SocketAddr,
+    http_stop: oneshot::Sender<()>,
+    http_task: JoinHandle<std::io::Result<()>>,
+}
+
+impl Service {
+    pub async fn start(config: &Config) -> Result<Service, ServiceError> {
+        let addr = config.http.listen;
+        let listener = http::bind(addr)
+            .await
+            .map_err(|source| ServiceError::Listen { addr, source })?;
+        let http_addr = listener.local_addr().unwrap_or(addr);
+        let board = Arc::new(Board::default());
+        let engine = Engine::start(config, board.clone())?;
+        let state = AppState {
+            board: board.clone(),
+            registry: Arc::new(crate::metrics::registry(
+                board.clone(),
+                config.restore.ready_max_lag,
+            )),
+            ready_max_lag: config.restore.ready_max_lag,
+        };
+        let (http_stop, stopped) = oneshot::channel::<()>();
+        let http_task = tokio::spawn(http::serve(listener, state, async {
+            let _ = stopped.await;
+        }));
+        tracing::info!(%http_addr, "serving /metrics, /livez, /readyz and /stores");
+        Ok(Service {
+            engine,
+            board,
+            http_addr,
+            http_stop,
+            http_task,
+        })
+    }
+
+    /// Stops fetching, commits, flushes and closes every store, then stops the HTTP server.
+    pub async fn stop(self) {
+        let engine = self.engine;
+        if tokio::task::spawn_blocking(move || engine.stop())
+            .await
+            .is_err()
+        {
+            tracing::error!("the restore engine panicked while stopping");
+        }
+        let _ = self.http_stop.send(());
+        match self.http_task.await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "HTTP server stopped with an error"),
+            Err(e) => tracing::warn!(error = %e, "HTTP server task failed"),
+            Ok(Ok(())) => {}
+        }
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+    tracing::info!("shutdown requested; closing stores");
+}

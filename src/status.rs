@@ -1,0 +1,378 @@
+//! What every store partition is doing, shared between the restore workers (which write it once per
+//! batch) and the readers: HTTP endpoints, metrics, the demo's progress bar. Plain atomics, so the
+//! restore loop never waits for a reader.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, RwLock};
+
+use crate::dirty::WipeReason;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PartitionState {
+    Opening,
+    Wiping,
+    Restoring,
+    CaughtUp,
+    Failed,
+}
+
+impl PartitionState {
+    pub const ALL: [PartitionState; 5] = [
+        PartitionState::Opening,
+        PartitionState::Wiping,
+        PartitionState::Restoring,
+        PartitionState::CaughtUp,
+        PartitionState::Failed,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            PartitionState::Opening => "opening",
+            PartitionState::Wiping => "wiping",
+            PartitionState::Restoring => "restoring",
+            PartitionState::CaughtUp => "caught_up",
+            PartitionState::Failed => "failed",
+        }
+    }
+
+    fn from_u8(v: u8) -> Self {
+        Self::ALL
+            .get(v as usize)
+            .copied()
+            .unwrap_or(PartitionState::Failed)
+    }
+}
+
+/// Live figures of one store partition. Offsets are -1 while unknown.
+#[derive(Debug)]
+pub struct PartitionStatus {
+    pub store: String,
+    pub topic: String,
+    pub partition: i32,
+    pub db_dir: PathBuf,
+    state: AtomicU8,
+    pub applied: AtomicI64,
+    pub position: AtomicI64,
+    pub end_offset: AtomicI64,
+    pub log_start: AtomicI64,
+    /// Offset and end offset when the current catch-up began (progress ratio's baseline).
+    pub catchup_from: AtomicI64,
+    pub catchup_target: AtomicI64,
+    pub records: AtomicU64,
+    pub bytes: AtomicU64,
+    pub null_keys: AtomicU64,
+    pub commits: AtomicU64,
+    pub unclean_shutdowns: AtomicU64,
+    wipes: [AtomicU64; WipeReason::ALL.len()],
+    /// Records applied per second, smoothed; stored as f64 bits.
+    pub rate_bits: AtomicU64,
+    /// Timestamp (ms) of the last record taken from the log; -1 before the first. While lagging,
+    /// the oldest record not yet applied is at least this old, which estimates `restore_lag_seconds`.
+    pub last_record_ts_ms: AtomicI64,
+    /// Commit latency, labelled like the other per-partition metrics.
+    pub commit_seconds: prometheus::Histogram,
+    pub estimated_keys: AtomicU64,
+    pub disk_bytes: AtomicU64,
+    error: Mutex<Option<String>>,
+}
+
+impl PartitionStatus {
+    pub fn new(store: &str, topic: &str, partition: i32, db_dir: PathBuf) -> Self {
+        PartitionStatus {
+            store: store.into(),
+            topic: topic.into(),
+            partition,
+            db_dir,
+            state: AtomicU8::new(PartitionState::Opening as u8),
+            applied: AtomicI64::new(-1),
+            position: AtomicI64::new(-1),
+            end_offset: AtomicI64::new(-1),
+            log_start: AtomicI64::new(-1),
+            catchup_from: AtomicI64::new(-1),
+            catchup_target: AtomicI64::new(-1),
+            records: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            null_keys: AtomicU64::new(0),
+            commits: AtomicU64::new(0),
+            unclean_shutdowns: AtomicU64::new(0),
+            wipes: Default::default(),
+            rate_bits: AtomicU64::new(0f64.to_bits()),
+            last_record_ts_ms: AtomicI64::new(-1),
+            commit_seconds: commit_histogram(store, topic, partition),
+            estimated_keys: AtomicU64::new(0),
+            disk_bytes: AtomicU64::new(0),
+            error: Mutex::new(None),
+        }
+    }
+
+    pub fn state(&self) -> PartitionState {
+        PartitionState::from_u8(self.state.load(Relaxed))
+    }
+
+    /// Sets the state; entering `failed` records the error, leaving it clears it.
+    pub fn set_state(&self, state: PartitionState, error: Option<String>) {
+        self.state.store(state as u8, Relaxed);
+        if let Ok(mut slot) = self.error.lock() {
+            *slot = error;
+        }
+    }
+
+    pub fn error(&self) -> Option<String> {
+        self.error.lock().ok().and_then(|e| e.clone())
+    }
+
+    pub fn count_wipe(&self, reason: WipeReason) {
+        let i = WipeReason::ALL
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or(0);
+        self.wipes[i].fetch_add(1, Relaxed);
+    }
+
+    pub fn wipes(&self, reason: WipeReason) -> u64 {
+        let i = WipeReason::ALL
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or(0);
+        self.wipes[i].load(Relaxed)
+    }
+
+    pub fn rate(&self) -> f64 {
+        f64::from_bits(self.rate_bits.load(Relaxed))
+    }
+
+    /// Records between the consumer position and the end offset; never negative.
+    pub fn lag(&self) -> Option<i64> {
+        let (position, end) = (self.position.load(Relaxed), self.end_offset.load(Relaxed));
+        (position >= 0 && end >= 0).then(|| crate::restore::policy::lag(position, end))
+    }
+
+    pub fn snapshot(&self) -> PartitionSnapshot {
+        let opt = |v: i64| (v >= 0).then_some(v);
+        PartitionSnapshot {
+            store: self.store.clone(),
+            topic: self.topic.clone(),
+            partition: self.partition,
+            state: self.state(),
+            applied_offset: opt(self.applied.load(Relaxed)),
+            position: opt(self.position.load(Relaxed)),
+            end_offset: opt(self.end_offset.load(Relaxed)),
+            log_start_offset: opt(self.log_start.load(Relaxed)),
+            lag: self.lag(),
+            records: self.records.load(Relaxed),
+            bytes: self.bytes.load(Relaxed),
+            wipes: WipeReason::ALL.iter().map(|r| self.wipes(*r)).sum(),
+            error: self.error(),
+            path: self.db_dir.clone(),
+        }
+    }
+}
+
+fn commit_histogram(store: &str, topic: &str, partition: i32) -> prometheus::Histogram {
+    let opts =
+        prometheus::HistogramOpts::new("warmstore_commit_duration_seconds", "Store commit latency")
+            .const_label("store", store)
+            .const_label("topic", topic)
+            .const_label("partition", partition.to_string())
+            .buckets(vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+            ]);
+    prometheus::Histogram::with_opts(opts).expect("static histogram options are valid")
+}
+
+/// `/stores` row.
+#[derive(Debug, Clone, Serialize)]
+pub struct PartitionSnapshot {
+    pub store: String,
+    pub topic: String,
+    pub partition: i32,
+    pub state: PartitionState,
+    pub applied_offset: Option<i64>,
+    pub position: Option<i64>,
+    pub end_offset: Option<i64>,
+    pub log_start_offset: Option<i64>,
+    pub lag: Option<i64>,
+    pub records: u64,
+    pub bytes: u64,
+    pub wipes: u64,
+    pub error: Option<String>,
+    pub path: PathBuf,
+}
+
+/// Every partition of every store, plus failures that have no partition yet (a topic that does not
+/// exist cannot say how many partitions it has).
+#[derive(Debug, Default)]
+pub struct Board {
+    partitions: RwLock<Vec<Arc<PartitionStatus>>>,
+    store_errors: Mutex<BTreeMap<String, String>>,
+    /// Cleared when the restore engine stops or dies; `/livez` reports it.
+    pub restore_alive: AtomicBool,
+}
+
+impl Board {
+    pub fn add(&self, status: Arc<PartitionStatus>) {
+        if let Ok(mut partitions) = self.partitions.write() {
+            partitions.push(status);
+        }
+    }
+
+    pub fn partitions(&self) -> Vec<Arc<PartitionStatus>> {
+        self.partitions
+            .read()
+            .map(|p| p.clone())
+            .unwrap_or_default()
+    }
+
+    pub fn find(&self, topic: &str, partition: i32) -> Vec<Arc<PartitionStatus>> {
+        self.partitions()
+            .into_iter()
+            .filter(|p| p.topic == topic && p.partition == partition)
+            .collect()
+    }
+
+    pub fn set_store_error(&self, store: &str, error: Option<String>) {
+        if let Ok(mut errors) = self.store_errors.lock() {
+            match error {
+                Some(e) => errors.insert(store.to_string(), e),
+                None => errors.remove(store),
+            };
+        }
+    }
+
+    pub fn store_errors(&self) -> BTreeMap<String, String> {
+        self.store_errors
+            .lock()
+            .map(|e| e.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// One partition (or store) that keeps `/readyz` at 503, and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NotReady {
+    pub store: String,
+    pub topic: Option<String>,
+    pub partition: Option<i32>,
+    pub reason: String,
+}
+
+/// `/readyz`'s answer: ready when every assigned partition is within `ready_max_lag` records.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Readiness {
+    pub ready: bool,
+    pub not_ready: Vec<NotReady>,
+}
+
+/// Why one partition is not ready, from its state and lag; `None` when it is ready.
+pub fn not_ready_reason(snapshot: &PartitionSnapshot, ready_max_lag: u64) -> Option<String> {
+    match snapshot.state {
+        PartitionState::Failed => Some(format!(
+            "failed: {}",
+            snapshot.error.as_deref().unwrap_or("unknown error")
+        )),
+        PartitionState::Wiping => Some("wiping: the store is being rebuilt".into()),
+        PartitionState::Opening => {
+            Some("opening: reading the store and the changelog's offsets".into())
+        }
+        PartitionState::Restoring | PartitionState::CaughtUp => match snapshot.lag {
+            None => Some("restoring: end offset not known yet".into()),
+            Some(lag) if lag as u64 > ready_max_lag => Some(format!(
+                "restoring: lag {lag} records (ready at {ready_max_lag} or fewer)"
+            )),
+            Some(_) => None,
+        },
+    }
+}
+
+impl Board {
+    pub fn readiness(&self, ready_max_lag: u64) -> Readiness {
+        let mut not_ready: Vec<NotReady> = self
+            .store_errors()
+            .into_iter()
+            .map(|(store, error)| NotReady {
+                store,
+                topic: None,
+                partition: None,
+                reason: format!("failed: {error}"),
+            })
+            .collect();
+        let partitions = self.partitions();
+        for status in &partitions {
+            let snapshot = status.snapshot();
+            if let Some(reason) = not_ready_reason(&snapshot, ready_max_lag) {
+                not_ready.push(NotReady {
+                    store: snapshot.store,
+                    topic: Some(snapshot.topic),
+                    partition: Some(snapshot.partition),
+                    reason,
+                });
+            }
+        }
+        if partitions.is_empty() && not_ready.is_empty() {
+            not_ready.push(NotReady {
+                store: String::new(),
+                topic: None,
+                partition: None,
+                reason: "starting: no store partition assigned yet".into(),
+            });
+        }
+        Readiness {
+            ready: not_ready.is_empty(),
+            not_ready,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(state: PartitionState, lag: Option<i64>) -> PartitionSnapshot {
+        let status = PartitionStatus::new("s", "t", 0, PathBuf::from("/x"));
+        status.set_state(
+            state,
+            (state == PartitionState::Failed).then(|| "broker down".to_string()),
+        );
+        let mut s = status.snapshot();
+        s.lag = lag;
+        s
+    }
+
+    #[test]
+    fn readiness_follows_state_and_lag() {
+        assert_eq!(
+            not_ready_reason(&snapshot(PartitionState::CaughtUp, Some(0)), 10),
+            None
+        );
+        assert_eq!(
+            not_ready_reason(&snapshot(PartitionState::Restoring, Some(10)), 10),
+            None
+        );
+        let r = not_ready_reason(&snapshot(PartitionState::Restoring, Some(11)), 10).unwrap();
+        assert!(r.contains("lag 11"), "{r}");
+        let r = not_ready_reason(&snapshot(PartitionState::Failed, Some(0)), 10).unwrap();
+        assert!(r.contains("broker down"), "{r}");
+        assert!(not_ready_reason(&snapshot(PartitionState::Wiping, Some(0)), 10).is_some());
+        assert!(not_ready_reason(&snapshot(PartitionState::Restoring, None), 10).is_some());
+    }
+
+    #[test]
+    fn an_empty_board_or_a_failed_store_is_not_ready() {
+        let board = Board::default();
+        assert!(!board.readiness(10).ready);
+        let status = Arc::new(PartitionStatus::new("s", "t", 0, PathBuf::from("/x")));
+        status.position.store(5, Relaxed);
+        status.end_offset.store(5, Relaxed);
+        status.set_state(PartitionState::CaughtUp, None);
+        board.add(status);
+        assert!(board.readiness(10).ready);
+        board.set_store_error("other", Some("topic missing not found".into()));
+        let r = board.readiness(10);
+        assert!(!r.ready);
+        assert_eq!(r.not_ready[0].store, "other");
+    }
+}

@@ -1,0 +1,117 @@
+//! The command line as a user meets it: config errors exit 2 naming the problem, the demo runs.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn warmstore(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_warmstore"))
+        .args(args)
+        .env_remove("WARMSTORE_BOOTSTRAP_SERVERS")
+        .output()
+        .expect("warmstore runs")
+}
+
+fn check(dir: &Path, text: &str) -> (Option<i32>, String) {
+    let path = dir.join("c.yaml");
+    std::fs::write(&path, text).unwrap();
+    let out = warmstore(&["check-config", "--config", path.to_str().unwrap()]);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const GOOD: &str = "kafka:\n  bootstrap.servers: 127.0.0.1:9092\nrestore:\n  commit_interval: 10s\nstores:\n  - name: counts\n    changelog: t\n";
+
+#[test]
+fn a_good_config_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(check(dir.path(), GOOD).0, Some(0));
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/examples/warmstore.yaml");
+    let out = warmstore(&["check-config", "--config", example.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn an_unknown_field_names_the_field_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, err) = check(
+        dir.path(),
+        &GOOD.replace(
+            "  commit_interval: 10s",
+            "  commit_interval: 10s\n  comit_every: 5s",
+        ),
+    );
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("comit_every") && err.contains("line 5"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_bad_duration_no_stores_and_a_missing_file_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, err) = check(dir.path(), &GOOD.replace("10s", "ten seconds"));
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("ten seconds") && err.contains("line 4"),
+        "{err}"
+    );
+
+    let (code, err) = check(dir.path(), "kafka:\n  bootstrap.servers: x:1\nstores: []\n");
+    assert_eq!(code, Some(2));
+    assert!(err.contains("at least one store"), "{err}");
+
+    let out = warmstore(&["check-config", "--config", "/nonexistent/warmstore.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read the file"));
+
+    let path = dir.path().join("c.yaml");
+    std::fs::write(&path, GOOD.replace("name: counts", "name: ../escape")).unwrap();
+    let out = warmstore(&["run", "--config", path.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "run refuses a bad config the same way"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("stores[0].name"));
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    assert_eq!(warmstore(&["frobnicate"]).status.code(), Some(2));
+    assert_eq!(warmstore(&["run"]).status.code(), Some(2));
+    let out = warmstore(&["demo", "--records", "100000000", "--partitions", "2"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("5 MiB per partition"));
+}
+
+#[test]
+fn the_demo_restores_and_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = warmstore(&[
+        "demo",
+        "--records",
+        "20000",
+        "--partitions",
+        "4",
+        "--listen",
+        "127.0.0.1:0",
+        "--state-dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("records restored: 20000"), "{stdout}");
+    assert!(stdout.contains("checked against the changelog"), "{stdout}");
+    assert!(dir.path().join("demo/3/CURRENT").exists());
+}

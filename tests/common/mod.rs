@@ -1,0 +1,219 @@
+//! Shared test fixtures: a real Kafka-protocol broker on loopback (librdkafka's mock cluster), a
+//! producer that keeps the model of what each store must hold, and small helpers.
+#![allow(dead_code)]
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use warmstore::store::format::decode_i64;
+use warmstore::store::{open_read_only, StorePaths};
+use warmstore::testkit::Rng;
+
+pub type State = BTreeMap<Vec<u8>, Vec<u8>>;
+/// One produced record: key and value, either of which may be null.
+pub type Record = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+pub struct Broker {
+    pub mock: MockCluster<'static, DefaultProducerContext>,
+    pub bootstrap: String,
+    producer: BaseProducer,
+    /// Every record produced per (topic, partition), in offset order: (key, value).
+    pub log: BTreeMap<(String, i32), Vec<Record>>,
+}
+
+impl Broker {
+    pub fn new() -> Broker {
+        let mock = MockCluster::new(1).expect("mock cluster starts");
+        let bootstrap = mock.bootstrap_servers();
+        let producer = ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .set("linger.ms", "5")
+            .create()
+            .expect("producer");
+        Broker {
+            mock,
+            bootstrap,
+            producer,
+            log: BTreeMap::new(),
+        }
+    }
+
+    pub fn create_topic(&self, topic: &str, partitions: i32) {
+        self.mock
+            .create_topic(topic, partitions, 1)
+            .expect("topic created");
+    }
+
+    /// Produces one record and waits for it, so offsets follow the order of calls.
+    pub fn send(&mut self, topic: &str, partition: i32, key: Option<&[u8]>, value: Option<&[u8]>) {
+        let mut record = BaseRecord::<[u8], [u8]>::to(topic).partition(partition);
+        if let Some(k) = key {
+            record = record.key(k);
+        }
+        if let Some(v) = value {
+            record = record.payload(v);
+        }
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => break,
+                Err((_, r)) => {
+                    record = r;
+                    self.producer.poll(Duration::from_millis(10));
+                }
+            }
+        }
+        self.log
+            .entry((topic.to_string(), partition))
+            .or_default()
+            .push((key.map(<[u8]>::to_vec), value.map(<[u8]>::to_vec)));
+    }
+
+    pub fn flush(&self) {
+        self.producer.flush(Duration::from_secs(30)).expect("flush");
+    }
+
+    /// `count` records per partition over a small key space: overwrites and ~10% tombstones.
+    pub fn produce_changelog(&mut self, topic: &str, partitions: i32, count: usize, seed: u64) {
+        let mut rng = Rng::new(seed);
+        for p in 0..partitions {
+            for _ in 0..count {
+                let key = format!("k{:05}", rng.below(count as u64 / 3 + 1)).into_bytes();
+                if rng.below(10) == 0 {
+                    self.send(topic, p, Some(&key), None);
+                } else {
+                    let value = format!("v{}-{}", seed, rng.next_u64()).into_bytes();
+                    self.send(topic, p, Some(&key), Some(&value));
+                }
+            }
+        }
+        self.flush();
+    }
+
+    /// The store a changelog partition must produce from offset `from` on: last write wins,
+    /// tombstones delete, null keys are skipped.
+    pub fn model(&self, topic: &str, partition: i32, from: usize) -> State {
+        let mut state = State::new();
+        for (key, value) in self
+            .log
+            .get(&(topic.to_string(), partition))
+            .into_iter()
+            .flatten()
+            .skip(from)
+        {
+            let Some(key) = key else { continue };
+            match value {
+                Some(v) => state.insert(key.clone(), v.clone()),
+                None => state.remove(key),
+            };
+        }
+        state
+    }
+
+    pub fn produced(&self, topic: &str, partition: i32) -> usize {
+        self.log
+            .get(&(topic.to_string(), partition))
+            .map_or(0, Vec::len)
+    }
+
+    /// (log-start, high watermark) as the broker reports them.
+    pub fn watermarks(&self, topic: &str, partition: i32) -> (i64, i64) {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("group.id", "test")
+            .create()
+            .unwrap();
+        consumer
+            .fetch_watermarks(topic, partition, Duration::from_secs(10))
+            .unwrap()
+    }
+}
+
+/// A config file for `warmstore run` against the broker.
+pub fn write_config(
+    dir: &Path,
+    bootstrap: &str,
+    listen: &str,
+    stores: &str,
+    restore: &str,
+) -> PathBuf {
+    let path = dir.join("warmstore.yaml");
+    let text = format!(
+        "kafka:\n  bootstrap.servers: {bootstrap}\nstate_dir: {}\nhttp:\n  listen: {listen}\nrestore:\n  commit_interval: 200ms\n{restore}stores:\n{stores}",
+        dir.join("state").display()
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The store's contents and applied offset, read the way any RocksDB reader would.
+pub fn read_store(
+    state_dir: &Path,
+    store: &str,
+    topic: &str,
+    partition: i32,
+) -> (Option<i64>, State) {
+    let dir = StorePaths::new(state_dir, store, partition).db;
+    let logs = tempfile::tempdir().unwrap();
+    let db = open_read_only(&dir, logs.path()).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let offsets = db.cf_handle("offsets").unwrap();
+    let applied = db
+        .get_cf(offsets, format!("{topic}-{partition}"))
+        .unwrap()
+        .and_then(|v| decode_i64(&v));
+    let data = db
+        .iterator(rocksdb::IteratorMode::Start)
+        .map(|i| {
+            let (k, v) = i.unwrap();
+            (k.to_vec(), v.to_vec())
+        })
+        .collect();
+    (applied, data)
+}
+
+pub fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let until = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < until, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A free loopback port (bound, then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Minimal HTTP/1.0 GET: (status, body). Errors become status 0 so callers can poll.
+pub fn http_get(addr: &str, path: &str) -> (u16, String) {
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
+        return (0, String::new());
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    if write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").is_err() {
+        return (0, String::new());
+    }
+    let mut response = String::new();
+    if stream.read_to_string(&mut response).is_err() {
+        return (0, String::new());
+    }
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}

@@ -1,0 +1,193 @@
+//! SIGKILL of the real `warmstore run` process at random moments, during restore and tailing, while a
+//! producer keeps writing. After the last restart every store equals the model.
+
+mod common;
+
+use common::{free_port, http_get, read_store, wait_until, write_config, Broker};
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+use warmstore::testkit::Rng;
+
+const TOPIC: &str = "killed";
+const PARTITIONS: i32 = 3;
+
+fn start(config: &Path, log: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_warmstore"))
+        .args(["run", "--config", config.to_str().unwrap()])
+        .env("RUST_LOG", "warmstore=info")
+        .stdout(Stdio::null())
+        .stderr(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .unwrap(),
+        )
+        .spawn()
+        .expect("warmstore starts")
+}
+
+type Log = Vec<Vec<(Vec<u8>, Option<Vec<u8>>)>>;
+
+/// Produces until stopped, one record at a time per partition in turn; returns what it wrote.
+fn producer(bootstrap: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Log> {
+    std::thread::spawn(move || {
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .set("linger.ms", "5")
+            .create()
+            .unwrap();
+        let mut rng = Rng::new(99);
+        let mut log: Log = vec![Vec::new(); PARTITIONS as usize];
+        while !stop.load(Relaxed) {
+            for p in 0..PARTITIONS {
+                let key = format!("k{:04}", rng.below(400)).into_bytes();
+                let value =
+                    (rng.below(10) > 0).then(|| format!("v{}", rng.next_u64()).into_bytes());
+                let mut record = BaseRecord::<[u8], [u8]>::to(TOPIC)
+                    .partition(p)
+                    .key(&key[..]);
+                if let Some(v) = &value {
+                    record = record.payload(&v[..]);
+                }
+                if producer.send(record).is_ok() {
+                    log[p as usize].push((key, value));
+                }
+            }
+            producer.poll(Duration::from_millis(2));
+        }
+        producer.flush(Duration::from_secs(30)).unwrap();
+        log
+    })
+}
+
+fn model(records: &[(Vec<u8>, Option<Vec<u8>>)]) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut state = BTreeMap::new();
+    for (k, v) in records {
+        match v {
+            Some(v) => state.insert(k.clone(), v.clone()),
+            None => state.remove(k),
+        };
+    }
+    state
+}
+
+fn sigterm_and_wait(mut child: Child) -> Option<i32> {
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    for _ in 0..100 {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    panic!("warmstore did not exit within 10 s of SIGTERM");
+}
+
+#[test]
+fn sigkill_during_restore_and_tailing_loses_nothing() {
+    let broker = Broker::new();
+    broker.create_topic(TOPIC, PARTITIONS);
+    // Slow fetches so kills land in the middle of restores too.
+    broker
+        .mock
+        .broker_round_trip_time(1, Duration::from_millis(20))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let stores = format!("  - name: s\n    changelog: {TOPIC}\n");
+    let config = write_config(
+        dir.path(),
+        &broker.bootstrap,
+        &addr,
+        &stores,
+        "  ready_max_lag: 0\n",
+    );
+    let log_file = dir.path().join("warmstore.log");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = producer(broker.bootstrap.clone(), stop.clone());
+    let mut rng = Rng::new(7);
+    for _ in 0..10 {
+        let mut child = start(&config, &log_file);
+        std::thread::sleep(Duration::from_millis(300 + rng.below(1500)));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+    }
+    stop.store(true, Relaxed);
+    let log = writer.join().unwrap();
+
+    let child = start(&config, &log_file);
+    wait_until(
+        "readyz 200 after the last restart",
+        Duration::from_secs(90),
+        || http_get(&addr, "/readyz").0 == 200,
+    );
+    assert_eq!(sigterm_and_wait(child), Some(0), "SIGTERM exits 0");
+    let text = std::fs::read_to_string(&log_file).unwrap();
+    let resumed = text
+        .matches("store was not closed cleanly; resuming")
+        .count();
+    println!("kills: 10, unclean resumes logged: {resumed}");
+    assert!(
+        resumed >= 5,
+        "most kills leave stores open, which are resumed:\n{text}"
+    );
+    for p in 0..PARTITIONS {
+        let (applied, data) = read_store(&dir.path().join("state"), "s", TOPIC, p);
+        let records = &log[p as usize];
+        assert_eq!(
+            applied,
+            Some(records.len() as i64 - 1),
+            "partition {p} applied the last offset"
+        );
+        assert_eq!(data, model(records), "partition {p} equals the model");
+    }
+}
+
+#[test]
+fn sigkill_with_the_wipe_policy_rebuilds_and_says_why() {
+    let mut broker = Broker::new();
+    broker.create_topic("eos", 2);
+    broker.produce_changelog("eos", 2, 500, 8);
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let stores = "  - name: s\n    changelog: eos\n";
+    let config = write_config(
+        dir.path(),
+        &broker.bootstrap,
+        &addr,
+        stores,
+        "  ready_max_lag: 0\n  on_unclean_shutdown: wipe\n",
+    );
+    let log_file = dir.path().join("warmstore.log");
+    let mut child = start(&config, &log_file);
+    wait_until("first catch-up", Duration::from_secs(60), || {
+        http_get(&addr, "/readyz").0 == 200
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let child = start(&config, &log_file);
+    wait_until("catch-up after the wipe", Duration::from_secs(60), || {
+        http_get(&addr, "/readyz").0 == 200
+    });
+    assert_eq!(sigterm_and_wait(child), Some(0));
+    let text = std::fs::read_to_string(&log_file).unwrap();
+    assert!(
+        text.contains("wiping store") && text.contains("unclean_shutdown"),
+        "{text}"
+    );
+    for p in 0..2 {
+        let (applied, data) = read_store(&dir.path().join("state"), "s", "eos", p);
+        assert_eq!(applied, Some(499));
+        assert_eq!(data, broker.model("eos", p, 0));
+    }
+}

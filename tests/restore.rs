@@ -1,0 +1,274 @@
+//! The restore engine end to end, in-process, against the mock cluster over loopback TCP and real
+//! RocksDB stores.
+
+mod common;
+
+use common::{read_store, wait_until, Broker};
+use std::path::Path;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use warmstore::config::{Config, HttpConfig, RestoreConfig, StoreConfig};
+use warmstore::dirty::WipeReason;
+use warmstore::service::Service;
+use warmstore::status::PartitionState;
+
+fn config(bootstrap: &str, state_dir: &Path, stores: Vec<StoreConfig>) -> Config {
+    Config {
+        kafka: [("bootstrap.servers".to_string(), bootstrap.to_string())].into(),
+        state_dir: state_dir.to_path_buf(),
+        http: HttpConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+        },
+        restore: RestoreConfig {
+            commit_interval: Duration::from_millis(200),
+            ..Default::default()
+        },
+        rocksdb: Default::default(),
+        stores,
+    }
+}
+
+fn store(name: &str, topic: &str, partitions: Option<Vec<i32>>) -> StoreConfig {
+    StoreConfig {
+        name: name.into(),
+        changelog: topic.into(),
+        partitions,
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Waits until `count` partitions are caught up with zero lag.
+fn wait_caught_up(service: &Service, count: usize) {
+    wait_until("catch-up", Duration::from_secs(60), || {
+        let partitions = service.board.partitions();
+        partitions.len() == count
+            && partitions
+                .iter()
+                .all(|p| p.state() == PartitionState::CaughtUp && p.lag() == Some(0))
+    });
+}
+
+/// Runs the service until caught up, then stops it cleanly; returns records read per partition.
+fn restore_once(
+    rt: &tokio::runtime::Runtime,
+    config: &Config,
+    partitions: usize,
+) -> Vec<(i32, u64, u64)> {
+    rt.block_on(async {
+        let service = Service::start(config).await.expect("service starts");
+        let s = &service;
+        tokio::task::block_in_place(|| wait_caught_up(s, partitions));
+        let figures = service
+            .board
+            .partitions()
+            .iter()
+            .map(|p| {
+                (
+                    p.partition,
+                    p.records.load(Relaxed),
+                    p.wipes(WipeReason::OffsetOutOfRange),
+                )
+            })
+            .collect();
+        service.stop().await;
+        figures
+    })
+}
+
+#[test]
+fn end_to_end_stores_equal_the_changelog() {
+    let mut broker = Broker::new();
+    broker.create_topic("e2e", 4);
+    broker.produce_changelog("e2e", 4, 1500, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(
+        &broker.bootstrap,
+        dir.path(),
+        vec![store("counts", "e2e", None)],
+    );
+    let figures = restore_once(&runtime(), &config, 4);
+    for (partition, records, _) in figures {
+        assert_eq!(
+            records, 1500,
+            "partition {partition} read every record once"
+        );
+    }
+    for p in 0..4 {
+        let (applied, data) = read_store(dir.path(), "counts", "e2e", p);
+        assert_eq!(applied, Some(1499), "applied offset is the last offset");
+        assert_eq!(data, broker.model("e2e", p, 0), "partition {p}");
+        assert!(!data.is_empty());
+    }
+}
+
+#[test]
+fn resume_reads_only_new_records() {
+    let mut broker = Broker::new();
+    broker.create_topic("resume", 2);
+    broker.produce_changelog("resume", 2, 1000, 2);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(
+        &broker.bootstrap,
+        dir.path(),
+        vec![store("s", "resume", Some(vec![0, 1]))],
+    );
+    let rt = runtime();
+    restore_once(&rt, &config, 2);
+    broker.produce_changelog("resume", 2, 300, 3);
+    let figures = restore_once(&rt, &config, 2);
+    for (partition, records, _) in figures {
+        assert_eq!(
+            records, 300,
+            "partition {partition} read only the new records"
+        );
+    }
+    for p in 0..2 {
+        let (applied, data) = read_store(dir.path(), "s", "resume", p);
+        assert_eq!(applied, Some(1299));
+        assert_eq!(data, broker.model("resume", p, 0));
+    }
+}
+
+#[test]
+fn null_keys_are_skipped_and_counted_and_empty_values_kept() {
+    let mut broker = Broker::new();
+    broker.create_topic("nulls", 1);
+    broker.send("nulls", 0, Some(b"a"), Some(b"1"));
+    broker.send("nulls", 0, None, Some(b"orphan"));
+    broker.send("nulls", 0, Some(b"b"), Some(b""));
+    broker.send("nulls", 0, None, None);
+    broker.send("nulls", 0, Some(&[0, 255, 10]), Some(&[1, 0, 2]));
+    broker.flush();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(
+        &broker.bootstrap,
+        dir.path(),
+        vec![store("s", "nulls", None)],
+    );
+    let rt = runtime();
+    let nulls = rt.block_on(async {
+        let service = Service::start(&config).await.unwrap();
+        let s = &service;
+        tokio::task::block_in_place(|| wait_caught_up(s, 1));
+        let nulls = service.board.partitions()[0].null_keys.load(Relaxed);
+        service.stop().await;
+        nulls
+    });
+    assert_eq!(nulls, 2);
+    let (applied, data) = read_store(dir.path(), "s", "nulls", 0);
+    assert_eq!(applied, Some(4), "skipped records still move the offset");
+    assert_eq!(data, broker.model("nulls", 0, 0));
+    assert_eq!(
+        data.get(&b"b"[..]),
+        Some(&Vec::new()),
+        "an empty value is a value, not a delete"
+    );
+}
+
+#[test]
+fn retention_past_the_store_wipes_and_rebuilds() {
+    let mut broker = Broker::new();
+    broker.create_topic("retained", 1);
+    broker.produce_changelog("retained", 1, 200, 4);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(
+        &broker.bootstrap,
+        dir.path(),
+        vec![store("s", "retained", None)],
+    );
+    let rt = runtime();
+    restore_once(&rt, &config, 1);
+    assert_eq!(read_store(dir.path(), "s", "retained", 0).0, Some(199));
+
+    // About 7 MiB more: the mock keeps ~5 MiB, so the oldest batches (and the store's offset) go.
+    let value = vec![b'x'; 1024];
+    for i in 0..7000 {
+        let key = format!("big{:04}", i % 500).into_bytes();
+        broker.send("retained", 0, Some(&key), Some(&value));
+        if i % 500 == 0 {
+            broker.flush();
+        }
+    }
+    broker.flush();
+    let (log_start, high) = broker.watermarks("retained", 0);
+    assert!(
+        log_start > 200,
+        "retention must pass the store's offset (log-start {log_start})"
+    );
+
+    let figures = restore_once(&rt, &config, 1);
+    assert_eq!(figures[0].2, 1, "one offset_out_of_range wipe");
+    let (applied, data) = read_store(dir.path(), "s", "retained", 0);
+    assert_eq!(applied, Some(high - 1));
+    assert_eq!(
+        data,
+        broker.model("retained", 0, log_start as usize),
+        "rebuilt from what the log holds"
+    );
+}
+
+#[test]
+fn a_missing_topic_fails_only_its_store() {
+    let mut broker = Broker::new();
+    broker.create_topic("present", 2);
+    broker.produce_changelog("present", 2, 100, 5);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(
+        &broker.bootstrap,
+        dir.path(),
+        vec![
+            store("good", "present", None),
+            store("whole-topic-missing", "absent-topic", None),
+            store("partition-missing", "absent-too", Some(vec![0])),
+        ],
+    );
+    let rt = runtime();
+    rt.block_on(async {
+        let service = Service::start(&config).await.unwrap();
+        let s = &service;
+        tokio::task::block_in_place(|| {
+            wait_until(
+                "good store caught up, the others failed",
+                Duration::from_secs(60),
+                || {
+                    let partitions = s.board.partitions();
+                    let good = partitions
+                        .iter()
+                        .filter(|p| p.store == "good")
+                        .all(|p| p.state() == PartitionState::CaughtUp)
+                        && partitions.iter().filter(|p| p.store == "good").count() == 2;
+                    let failed = partitions.iter().any(|p| {
+                        p.store == "partition-missing" && p.state() == PartitionState::Failed
+                    });
+                    good && failed && s.board.store_errors().contains_key("whole-topic-missing")
+                },
+            )
+        });
+        let readiness = service.board.readiness(10_000);
+        assert!(!readiness.ready);
+        let names: Vec<_> = readiness
+            .not_ready
+            .iter()
+            .map(|n| n.store.as_str())
+            .collect();
+        assert!(
+            names.contains(&"whole-topic-missing") && names.contains(&"partition-missing"),
+            "{names:?}"
+        );
+        assert!(!names.contains(&"good"));
+        service.stop().await;
+    });
+    for p in 0..2 {
+        assert_eq!(
+            read_store(dir.path(), "good", "present", p).1,
+            broker.model("present", p, 0)
+        );
+    }
+}
