@@ -40,11 +40,12 @@ impl Engine {
         let consumer = changelog::create_consumer(&config.kafka, board.clone())?;
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
+        board.restore_alive.store(true, Relaxed);
 
         // The main queue must be polled to serve statistics and error callbacks; records arrive on
         // the per-partition queues instead.
         let (c, s) = (consumer.clone(), stop.clone());
-        threads.push(spawn("kafka-poll", move || {
+        threads.push(spawn("kafka-poll", &board, move || {
             while !s.load(Relaxed) {
                 if let Some(Err(e)) = c.poll(Duration::from_millis(100)) {
                     tracing::warn!(error = %e, "consumer error");
@@ -68,11 +69,12 @@ impl Engine {
                 stop: stop.clone(),
                 budget,
             };
-            threads.push(spawn(&format!("store-{}", store.name), move || {
-                setup.run()
-            })?);
+            threads.push(spawn(
+                &format!("store-{}", store.name),
+                &board,
+                move || setup.run(),
+            )?);
         }
-        board.restore_alive.store(true, Relaxed);
         Ok(Engine {
             stop,
             threads,
@@ -94,11 +96,6 @@ impl Engine {
         }
         self.board.restore_alive.store(false, Relaxed);
     }
-
-    /// True while every restore thread is running (for `/livez`).
-    pub fn is_alive(&self) -> bool {
-        self.threads.iter().all(|t| !t.is_finished())
-    }
 }
 
 impl Drop for Engine {
@@ -107,10 +104,22 @@ impl Drop for Engine {
     }
 }
 
-fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> std::io::Result<JoinHandle<()>> {
+/// Starts a restore thread. If it panics, the board says the engine is no longer alive, which
+/// `/livez` reports so Kubernetes restarts the pod.
+fn spawn(
+    name: &str,
+    board: &Arc<Board>,
+    f: impl FnOnce() + Send + 'static,
+) -> std::io::Result<JoinHandle<()>> {
+    let board = board.clone();
     std::thread::Builder::new()
         .name(name.chars().take(15).collect())
-        .spawn(f)
+        .spawn(move || {
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+                tracing::error!("a restore thread panicked; /livez now fails");
+                board.restore_alive.store(false, Relaxed);
+            }
+        })
 }
 
 /// Resolves one store's partitions (retrying while the topic is missing), then runs a worker per
@@ -159,9 +168,11 @@ impl StoreSetup {
                 budget: self.budget,
                 stop: self.stop.clone(),
             };
-            match spawn(&format!("{}-{partition}", self.store.name), move || {
-                worker.run()
-            }) {
+            match spawn(
+                &format!("{}-{partition}", self.store.name),
+                &self.board,
+                move || worker.run(),
+            ) {
                 Ok(handle) => workers.push(handle),
                 Err(e) => {
                     tracing::error!(store = %self.store.name, partition, error = %e, "cannot start a worker")

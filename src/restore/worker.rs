@@ -275,7 +275,7 @@ impl Worker {
             );
             status.rate_bits.store(rate.to_bits(), Relaxed);
             last_batch = now;
-            if now - last_properties >= PROPERTIES_EVERY {
+            if (caught_up && !was_caught_up) || now - last_properties >= PROPERTIES_EVERY {
                 status.estimated_keys.store(store.estimated_keys(), Relaxed);
                 status.disk_bytes.store(store.disk_bytes(), Relaxed);
                 last_properties = now;

@@ -217,3 +217,75 @@ pub fn http_get(addr: &str, path: &str) -> (u16, String) {
         .unwrap_or_default();
     (status, body)
 }
+
+/// A real Prometheus server (Debian's `prometheus` package) scraping one target every second,
+/// stopped when dropped.
+pub struct Prometheus {
+    child: std::process::Child,
+    pub addr: String,
+}
+
+impl Prometheus {
+    pub fn start(dir: &Path, target: &str) -> Prometheus {
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: warmstore\n    static_configs:\n      - targets: ['{target}']\n        labels:\n          namespace: test\n          pod: warmstore-0\n"
+            ),
+        )
+        .unwrap();
+        let addr = format!("127.0.0.1:{}", free_port());
+        let child = std::process::Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("prometheus-data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
+            .spawn()
+            .expect("prometheus is installed (Debian package prometheus; .ci/run installs it)");
+        let prometheus = Prometheus { child, addr };
+        wait_until("Prometheus to start", Duration::from_secs(60), || {
+            http_get(&prometheus.addr, "/-/ready").0 == 200
+        });
+        prometheus
+    }
+
+    /// Runs an instant query; the JSON answer.
+    pub fn query(&self, promql: &str) -> serde_json::Value {
+        let (status, body) = http_get(
+            &self.addr,
+            &format!("/api/v1/query?query={}", percent_encode(promql)),
+        );
+        serde_json::from_str(&body)
+            .unwrap_or_else(|_| panic!("query {promql}: HTTP {status}: {body}"))
+    }
+
+    /// The single value of a query that returns one sample, if any.
+    pub fn query_scalar(&self, promql: &str) -> Option<f64> {
+        let answer = self.query(promql);
+        let value = &answer["data"]["result"][0]["value"][1];
+        value.as_str()?.parse().ok()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
