@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::dirty::UncleanPolicy;
+use crate::store::options::{SharedMemtables, DEFAULT_TOTAL_WRITE_BUFFER};
 use crate::store::{RocksDbOverrides, StoreOptions};
 use crate::units::{ByteSize, HumanDuration};
 
@@ -211,11 +212,17 @@ impl Config {
         Ok(())
     }
 
+    /// Store options for this process. Call once: each call makes a new shared memtable budget.
     pub fn store_options(&self) -> StoreOptions {
+        let budget = self
+            .rocksdb
+            .total_write_buffer_size
+            .map_or(DEFAULT_TOTAL_WRITE_BUFFER, |b| b.0);
         StoreOptions {
             rocksdb: self.rocksdb.clone(),
             wal: self.restore.wal,
             flush_interval: self.restore.flush_interval,
+            memtables: Some(SharedMemtables::new(budget)),
         }
     }
 }
@@ -337,6 +344,17 @@ stores:
         assert!(e.contains("negative"), "{e}");
         let e = Config::parse(&FULL.replace("[0, 1]", "[]"), None).unwrap_err();
         assert!(e.contains("empty"), "{e}");
+    }
+
+    #[test]
+    fn the_memtable_budget_is_a_size() {
+        let text = FULL.replace(
+            "  write_buffer_size: 64MiB",
+            "  write_buffer_size: 64MiB\n  total_write_buffer_size: 32MiB",
+        );
+        let c = Config::parse(&text, None).unwrap();
+        assert_eq!(c.rocksdb.total_write_buffer_size, Some(ByteSize(32 << 20)));
+        assert!(c.store_options().memtables.is_some());
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use crate::changelog::{self, ChangelogConsumer};
 use crate::config::{Config, StoreConfig};
 use crate::status::{Board, PartitionStatus};
-use crate::store::{StorePaths, TopicPartition};
+use crate::store::{StoreOptions, StorePaths, TopicPartition};
 use worker::Worker;
 
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
@@ -68,6 +68,7 @@ impl Engine {
                 board: board.clone(),
                 stop: stop.clone(),
                 budget,
+                options: options.clone(),
             };
             threads.push(spawn(
                 &format!("store-{}", store.name),
@@ -131,6 +132,7 @@ struct StoreSetup {
     board: Arc<Board>,
     stop: Arc<AtomicBool>,
     budget: usize,
+    options: StoreOptions,
 }
 
 impl StoreSetup {
@@ -163,7 +165,7 @@ impl StoreSetup {
                 status,
                 tp,
                 paths,
-                options: self.config.store_options(),
+                options: self.options.clone(),
                 restore: self.config.restore.clone(),
                 budget: self.budget,
                 stop: self.stop.clone(),

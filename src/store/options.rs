@@ -2,7 +2,8 @@
 
 use crate::units::ByteSize;
 use rocksdb::{
-    BlockBasedOptions, ColumnFamilyDescriptor, LogLevel, Options, DEFAULT_COLUMN_FAMILY_NAME,
+    BlockBasedOptions, ColumnFamilyDescriptor, LogLevel, Options, WriteBufferManager,
+    DEFAULT_COLUMN_FAMILY_NAME,
 };
 use serde::Deserialize;
 use std::time::Duration;
@@ -23,6 +24,9 @@ pub struct RocksDbOverrides {
     pub max_background_jobs: Option<i32>,
     pub target_file_size_base: Option<ByteSize>,
     pub level0_file_num_compaction_trigger: Option<i32>,
+    /// Memtable memory shared by every store of the process (default 64 MiB). When the total
+    /// exceeds it, RocksDB flushes, so memory stays flat however large the changelogs are.
+    pub total_write_buffer_size: Option<ByteSize>,
     /// Accepted so the error is a warning, never honoured: atomic flush is what keeps data and offsets
     /// on disk from the same commit.
     pub atomic_flush: Option<bool>,
@@ -36,7 +40,31 @@ pub struct StoreOptions {
     pub wal: bool,
     /// Flush once unflushed commits are this old, so a crash never sends a store back further.
     pub flush_interval: Duration,
+    /// One memtable budget for all stores of the process; `None` leaves each store unbounded.
+    pub memtables: Option<SharedMemtables>,
 }
+
+/// The process-wide memtable budget (RocksDB's `WriteBufferManager`), shared by clones.
+#[derive(Clone)]
+pub struct SharedMemtables(WriteBufferManager);
+
+impl SharedMemtables {
+    pub fn new(bytes: u64) -> Self {
+        SharedMemtables(WriteBufferManager::new_write_buffer_manager(
+            bytes as usize,
+            false,
+        ))
+    }
+}
+
+impl std::fmt::Debug for SharedMemtables {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SharedMemtables")
+    }
+}
+
+/// Default process-wide memtable budget.
+pub const DEFAULT_TOTAL_WRITE_BUFFER: u64 = 64 << 20;
 
 impl Default for StoreOptions {
     fn default() -> Self {
@@ -44,6 +72,7 @@ impl Default for StoreOptions {
             rocksdb: RocksDbOverrides::default(),
             wal: false,
             flush_interval: Duration::from_secs(60),
+            memtables: None,
         }
     }
 }
@@ -86,6 +115,9 @@ impl StoreOptions {
         let mut db = self.column_family_options();
         if let Some(n) = self.rocksdb.max_background_jobs {
             db.set_max_background_jobs(n);
+        }
+        if let Some(memtables) = &self.memtables {
+            db.set_write_buffer_manager(&memtables.0);
         }
         db.set_log_level(LogLevel::Warn);
         db.set_keep_log_file_num(2);

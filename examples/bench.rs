@@ -1,0 +1,365 @@
+//! The benchmark harness: on one generated changelog, in one invocation, it measures
+//! (a) the fetch limit: librdkafka consuming every partition into nothing,
+//! (b) the write limit: RocksDB loading the same records as WriteBatches with WAL off,
+//! (c) warmstore from empty to caught up: records/s, CPU seconds per million records, peak RSS,
+//! (d) warmstore resuming after a clean stop with 10% new records,
+//! and, with `--rss-records N`, (c) again on a changelog of N records for the memory comparison.
+//! The broker is the mock cluster hosted by the `mock_broker` example in its own process, so its CPU
+//! is not counted as warmstore's.
+//!
+//! usage: cargo run --release --example bench -- [--records N] [--partitions P] [--value-size B]
+//!        [--rss-records N] [--kafka key=value ...]
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const TOPIC: &str = "bench-changelog";
+
+fn arg(args: &[String], name: &str, default: u64) -> u64 {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} must be a number"))
+        })
+        .unwrap_or(default)
+}
+
+fn exe_dir() -> PathBuf {
+    std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+struct Broker {
+    child: Child,
+    stdin: ChildStdin,
+    out: BufReader<std::process::ChildStdout>,
+    bootstrap: String,
+}
+
+impl Broker {
+    fn start(records: u64, partitions: u64, value_size: u64) -> Broker {
+        let mut child = Command::new(exe_dir().join("mock_broker"))
+            .args(["--topic", TOPIC, "--records", &records.to_string()])
+            .args([
+                "--partitions",
+                &partitions.to_string(),
+                "--value-size",
+                &value_size.to_string(),
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the mock_broker example is built beside this one");
+        let stdin = child.stdin.take().unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut bootstrap = String::new();
+        loop {
+            let mut line = String::new();
+            if out.read_line(&mut line).unwrap() == 0 {
+                break;
+            }
+            let line = line.trim_end();
+            if let Some(b) = line.strip_prefix("bootstrap=") {
+                bootstrap = b.to_string();
+            }
+            if line == "ready" {
+                break;
+            }
+        }
+        assert!(!bootstrap.is_empty(), "mock broker did not start");
+        Broker {
+            child,
+            stdin,
+            out,
+            bootstrap,
+        }
+    }
+
+    fn command(&mut self, command: &str) {
+        writeln!(self.stdin, "{command}").unwrap();
+        let mut answer = String::new();
+        self.out.read_line(&mut answer).unwrap();
+        assert_eq!(answer.trim(), "ok", "{command}");
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// (a): consume everything into memory; returns (records, bytes, seconds) and the records, which
+/// (b) writes.
+type Records = Vec<Vec<(Vec<u8>, Option<Vec<u8>>)>>;
+
+fn fetch_limit(bootstrap: &str, partitions: u64) -> (u64, u64, f64, Records) {
+    let mut config = warmstore::changelog::client_config(
+        &[("bootstrap.servers".to_string(), bootstrap.to_string())].into(),
+    );
+    config.set("group.id", "bench-fetch");
+    let consumer: BaseConsumer = config.create().unwrap();
+    let mut list = TopicPartitionList::new();
+    let mut highs = Vec::new();
+    for p in 0..partitions as i32 {
+        let (_, high) = consumer
+            .fetch_watermarks(TOPIC, p, Duration::from_secs(10))
+            .unwrap();
+        highs.push(high);
+        list.add_partition_offset(TOPIC, p, Offset::Beginning)
+            .unwrap();
+    }
+    let mut records: Records = vec![Vec::new(); partitions as usize];
+    let mut remaining = highs.iter().filter(|h| **h > 0).count();
+    let (mut count, mut bytes) = (0u64, 0u64);
+    let started = Instant::now();
+    consumer.assign(&list).unwrap();
+    while remaining > 0 {
+        let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) else {
+            continue;
+        };
+        let p = m.partition() as usize;
+        let key = m.key().unwrap_or_default();
+        let value = m.payload();
+        count += 1;
+        bytes += (key.len() + value.map_or(0, <[u8]>::len)) as u64;
+        records[p].push((key.to_vec(), value.map(<[u8]>::to_vec)));
+        if m.offset() + 1 == highs[p] {
+            remaining -= 1;
+        }
+    }
+    (count, bytes, started.elapsed().as_secs_f64(), records)
+}
+
+/// (b): the same records into one RocksDB per partition, with warmstore's options, as WriteBatches
+/// of about 1 MiB with WAL off.
+fn write_limit(dir: &Path, records: &Records) -> f64 {
+    let options = warmstore::store::StoreOptions::default();
+    let started = Instant::now();
+    for (p, partition) in records.iter().enumerate() {
+        let (db_options, families) = options.db_options(true);
+        let db = rocksdb::DB::open_cf_descriptors(&db_options, dir.join(p.to_string()), families)
+            .unwrap();
+        let mut write_options = rocksdb::WriteOptions::default();
+        write_options.disable_wal(true);
+        let mut batch = rocksdb::WriteBatch::default();
+        for (k, v) in partition {
+            match v {
+                Some(v) => batch.put(k, v),
+                None => batch.delete(k),
+            }
+            if batch.size_in_bytes() >= 1 << 20 {
+                db.write_opt(std::mem::take(&mut batch), &write_options)
+                    .unwrap();
+            }
+        }
+        db.write_opt(batch, &write_options).unwrap();
+        db.flush().unwrap();
+    }
+    started.elapsed().as_secs_f64()
+}
+
+struct Run {
+    seconds: f64,
+    cpu_seconds: f64,
+    peak_rss: u64,
+    records: u64,
+}
+
+fn proc_figures(pid: u32) -> (f64, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let cpu = (fields
+        .get(11)
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        + fields
+            .get(12)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0))
+        / ticks;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let hwm = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .unwrap_or(0)
+        * 1024;
+    (cpu, hwm)
+}
+
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::Read;
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return (0, String::new());
+    };
+    let _ = write!(s, "GET {path} HTTP/1.0\r\n\r\n");
+    let mut r = String::new();
+    let _ = s.read_to_string(&mut r);
+    let status = r
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (
+        status,
+        r.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default(),
+    )
+}
+
+/// (c) and (d): `warmstore run` from spawn to `/readyz` 200 with `ready_max_lag: 0`.
+fn warmstore_run(bootstrap: &str, state_dir: &Path, partitions: u64, kafka: &[String]) -> Run {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let config = state_dir.with_extension("yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "kafka:\n  bootstrap.servers: {bootstrap}\n{}state_dir: {}\nhttp:\n  listen: {addr}\nrestore:\n  ready_max_lag: 0\n{}stores:\n  - name: bench\n    changelog: {TOPIC}\n",
+            kafka.iter().filter_map(|kv| kv.split_once('=')).map(|(k, v)| format!("  {k}: \"{v}\"\n")).collect::<String>(),
+            state_dir.display(),
+            std::env::var("WARMSTORE_BENCH_CONFIG").unwrap_or_default()
+        ),
+    )
+    .unwrap();
+    let started = Instant::now();
+    let mut child = Command::new(exe_dir().parent().unwrap().join("warmstore"))
+        .args(["run", "--config", config.to_str().unwrap()])
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .expect("warmstore is built");
+    loop {
+        let (status, _) = http_get(&addr, "/readyz");
+        if status == 200 {
+            break;
+        }
+        assert!(child.try_wait().unwrap().is_none(), "warmstore exited");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let (cpu_seconds, peak_rss) = proc_figures(child.id());
+    let (_, stores) = http_get(&addr, "/stores");
+    let stores: serde_json::Value = serde_json::from_str(&stores).unwrap();
+    let records = stores["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["records"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        stores["partitions"].as_array().unwrap().len() as u64,
+        partitions
+    );
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert!(status.success(), "warmstore exits 0 on SIGTERM");
+    Run {
+        seconds,
+        cpu_seconds,
+        peak_rss,
+        records,
+    }
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1 << 20) as f64
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let records = arg(&args, "--records", 2_000_000);
+    let partitions = arg(&args, "--partitions", 64);
+    let value_size = arg(&args, "--value-size", 100);
+    let rss_records = arg(&args, "--rss-records", 0);
+    // Extra librdkafka properties for warmstore, as `--kafka key=value` (repeatable).
+    let kafka: Vec<String> = args
+        .windows(2)
+        .filter(|w| w[0] == "--kafka")
+        .map(|w| w[1].clone())
+        .collect();
+    let work = std::env::temp_dir().join(format!("warmstore-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&work).unwrap();
+    println!("machine: {} cores, {} MiB memory", num_cpus(), mem_mib());
+    println!("changelog: {records} records, {partitions} partitions, 16-byte keys over {} keys, {value_size}-byte values, 5% tombstones", records / 2);
+
+    let mut broker = Broker::start(records, partitions, value_size);
+    let (a_records, a_bytes, a_secs, data) = fetch_limit(&broker.bootstrap, partitions);
+    let a_rate = a_records as f64 / a_secs;
+    println!(
+        "(a) fetch limit: {a_records} records in {a_secs:.2} s = {a_rate:.0} records/s, {:.1} MB/s",
+        a_bytes as f64 / a_secs / 1e6
+    );
+    let b_secs = write_limit(&work.join("write-limit"), &data);
+    drop(data);
+    let b_rate = a_records as f64 / b_secs;
+    println!("(b) write limit: {a_records} records in {b_secs:.2} s = {b_rate:.0} records/s");
+
+    let c = warmstore_run(&broker.bootstrap, &work.join("state"), partitions, &kafka);
+    let c_rate = c.records as f64 / c.seconds;
+    println!(
+        "(c) warmstore empty to caught up: {} records in {:.2} s = {c_rate:.0} records/s, {:.2} CPU s per million records, peak RSS {:.1} MiB",
+        c.records,
+        c.seconds,
+        c.cpu_seconds / (c.records as f64 / 1e6),
+        mib(c.peak_rss)
+    );
+    broker.command(&format!("produce {}", records / 10));
+    let d = warmstore_run(&broker.bootstrap, &work.join("state"), partitions, &kafka);
+    println!(
+        "(d) warmstore resume with 10% new records: {} records in {:.2} s to caught up",
+        d.records, d.seconds
+    );
+    drop(broker);
+    println!("ratio c / min(a, b): {:.2}", c_rate / a_rate.min(b_rate));
+
+    if rss_records > 0 {
+        let broker = Broker::start(rss_records, partitions, value_size);
+        let small = warmstore_run(
+            &broker.bootstrap,
+            &work.join("state-rss"),
+            partitions,
+            &kafka,
+        );
+        println!(
+            "(c) at {rss_records} records: peak RSS {:.1} MiB; at {records}: {:.1} MiB; ratio {:.2}",
+            mib(small.peak_rss),
+            mib(c.peak_rss),
+            c.peak_rss as f64 / small.peak_rss as f64
+        );
+    }
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+fn num_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn mem_mib() -> u64 {
+    let info = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    info.lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .unwrap_or(0)
+        / 1024
+}

@@ -1,0 +1,149 @@
+//! A Kafka-protocol broker in its own process, for benchmarks and reliability runs: librdkafka's
+//! mock cluster with one changelog topic, filled with a seeded changelog (16-byte keys over a key
+//! space of half the record count, fixed-size values, a share of tombstones).
+//!
+//! usage: mock_broker [--topic T] [--partitions P] [--records N] [--value-size B] [--tombstones PCT]
+//!
+//! Prints `bootstrap=HOST:PORT`, then `ready` once the records are in. Then reads commands from
+//! stdin, answering `ok` or `error: ...`: `produce N` (N more records of the same changelog),
+//! `down`, `up`, `rtt MS`, `watermarks` (prints `P LOW HIGH` per partition). Exits on EOF.
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use std::io::{BufRead, Write};
+use std::time::Duration;
+use warmstore::testkit::Rng;
+
+struct Changelog {
+    topic: String,
+    partitions: i32,
+    key_space: u64,
+    value: Vec<u8>,
+    tombstones: u64,
+    rng: Rng,
+}
+
+impl Changelog {
+    fn produce(&mut self, producer: &BaseProducer, count: u64) -> Result<(), String> {
+        for _ in 0..count {
+            let k = self.rng.below(self.key_space);
+            let key = format!("key-{k:012}");
+            let partition = (k % self.partitions as u64) as i32;
+            let tombstone = self.rng.below(100) < self.tombstones;
+            let stamp = self.rng.next_u64().to_le_bytes();
+            let n = stamp.len().min(self.value.len());
+            self.value[..n].copy_from_slice(&stamp[..n]);
+            let mut record = BaseRecord::<[u8], [u8]>::to(&self.topic)
+                .partition(partition)
+                .key(key.as_bytes());
+            if !tombstone {
+                record = record.payload(&self.value[..]);
+            }
+            loop {
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err((e, r)) => {
+                        if !matches!(
+                            e,
+                            rdkafka::error::KafkaError::MessageProduction(
+                                rdkafka::types::RDKafkaErrorCode::QueueFull
+                            )
+                        ) {
+                            return Err(e.to_string());
+                        }
+                        record = r;
+                        producer.poll(Duration::from_millis(5));
+                    }
+                }
+            }
+        }
+        producer
+            .flush(Duration::from_secs(120))
+            .map_err(|e| e.to_string())
+    }
+}
+
+fn arg(args: &[String], name: &str, default: &str) -> String {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+        .unwrap_or_else(|| default.to_string())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let number = |name: &str, default: &str| -> u64 {
+        arg(&args, name, default).parse().unwrap_or_else(|_| {
+            eprintln!("{name} must be a number");
+            std::process::exit(2)
+        })
+    };
+    let partitions = number("--partitions", "64") as i32;
+    let records = number("--records", "2000000");
+    let mut changelog = Changelog {
+        topic: arg(&args, "--topic", "bench-changelog"),
+        partitions,
+        key_space: (records / 2).max(1),
+        value: vec![b'v'; number("--value-size", "100") as usize],
+        tombstones: number("--tombstones", "5"),
+        rng: Rng::new(number("--seed", "1")),
+    };
+    let mock = MockCluster::new(1).expect("mock cluster");
+    mock.create_topic(&changelog.topic, partitions, 1)
+        .expect("topic");
+    let bootstrap = mock.bootstrap_servers();
+    println!("bootstrap={bootstrap}");
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("linger.ms", "20")
+        .set("batch.size", "1000000")
+        .set("queue.buffering.max.messages", "1000000")
+        .create()
+        .expect("producer");
+    if let Err(e) = changelog.produce(&producer, records) {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+    println!("ready");
+    let _ = std::io::stdout().flush();
+
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("group.id", "mock-broker")
+        .create()
+        .expect("consumer");
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let result = match words.as_slice() {
+            ["produce", n] => n
+                .parse()
+                .map_err(|_| "produce N".to_string())
+                .and_then(|n| changelog.produce(&producer, n)),
+            ["down"] => mock.broker_down(1).map_err(|e| e.to_string()),
+            ["up"] => mock.broker_up(1).map_err(|e| e.to_string()),
+            ["rtt", ms] => ms.parse().map_err(|_| "rtt MS".to_string()).and_then(|ms| {
+                mock.broker_round_trip_time(1, Duration::from_millis(ms))
+                    .map_err(|e| e.to_string())
+            }),
+            ["watermarks"] => {
+                for p in 0..partitions {
+                    match consumer.fetch_watermarks(&changelog.topic, p, Duration::from_secs(10)) {
+                        Ok((low, high)) => println!("{p} {low} {high}"),
+                        Err(e) => println!("{p} error {e}"),
+                    }
+                }
+                Ok(())
+            }
+            _ => Err(format!("unknown command: {line}")),
+        };
+        match result {
+            Ok(()) => println!("ok"),
+            Err(e) => println!("error: {e}"),
+        }
+        let _ = std::io::stdout().flush();
+    }
+}

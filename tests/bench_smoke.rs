@@ -1,0 +1,41 @@
+//! The benchmark harness runs end to end at tiny sizes and produces every figure. It checks no speed:
+//! timed assertions are flaky; the figures go to BENCHMARKS.md.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+#[test]
+fn the_harness_produces_every_figure() {
+    let bench: PathBuf = PathBuf::from(env!("CARGO_BIN_EXE_warmstore"))
+        .parent()
+        .unwrap()
+        .join("examples/bench");
+    let out = Command::new(&bench)
+        .args([
+            "--records",
+            "20000",
+            "--partitions",
+            "4",
+            "--rss-records",
+            "5000",
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", bench.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for figure in [
+        "(a) fetch limit: 20000 records",
+        "(b) write limit: 20000 records",
+        "(c) warmstore empty to caught up: 20000 records",
+        "CPU s per million records",
+        "(d) warmstore resume with 10% new records: 2000 records",
+        "ratio c / min(a, b):",
+        "(c) at 5000 records: peak RSS",
+    ] {
+        assert!(stdout.contains(figure), "missing `{figure}` in:\n{stdout}");
+    }
+}
