@@ -14,6 +14,22 @@ use crate::units::{ByteSize, HumanDuration};
 
 /// Environment variable that overrides `kafka.bootstrap.servers` (Helm and Kubernetes set it).
 pub const BOOTSTRAP_ENV: &str = "WARMSTORE_BOOTSTRAP_SERVERS";
+/// `WARMSTORE_KAFKA_SASL_PASSWORD=x` sets `kafka.sasl.password: x`, so secrets can come from a
+/// Kubernetes Secret instead of the ConfigMap.
+pub const KAFKA_ENV_PREFIX: &str = "WARMSTORE_KAFKA_";
+
+/// librdkafka properties named by `WARMSTORE_KAFKA_*` variables: the rest of the name, lowercased,
+/// with `_` read as `.` (librdkafka's property names use dots, never underscores).
+pub fn kafka_properties_from_env(
+    vars: impl IntoIterator<Item = (String, String)>,
+) -> Vec<(String, String)> {
+    vars.into_iter()
+        .filter_map(|(name, value)| {
+            let property = name.strip_prefix(KAFKA_ENV_PREFIX)?;
+            (!property.is_empty()).then(|| (property.to_ascii_lowercase().replace('_', "."), value))
+        })
+        .collect()
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -121,10 +137,15 @@ impl Config {
             path: path.display().to_string(),
             message: format!("cannot read the file: {e}"),
         })?;
-        Config::parse(&text, bootstrap_override).map_err(|message| ConfigError {
-            path: path.display().to_string(),
-            message,
-        })
+        let mut config =
+            Config::parse(&text, bootstrap_override).map_err(|message| ConfigError {
+                path: path.display().to_string(),
+                message,
+            })?;
+        config
+            .kafka
+            .extend(kafka_properties_from_env(std::env::vars()));
+        Ok(config)
     }
 
     pub fn parse(text: &str, bootstrap_override: Option<String>) -> Result<Config, String> {
@@ -293,6 +314,29 @@ stores:
             .unwrap_err()
             .contains("bootstrap.servers"));
         assert!(Config::parse(minimal, Some("b:1".into())).is_ok());
+    }
+
+    #[test]
+    fn secrets_can_come_from_the_environment() {
+        let vars = [
+            (
+                "WARMSTORE_KAFKA_SASL_PASSWORD".to_string(),
+                "s3cret".to_string(),
+            ),
+            (
+                "WARMSTORE_KAFKA_SSL_CA_LOCATION".to_string(),
+                "/etc/tls/ca.crt".to_string(),
+            ),
+            ("WARMSTORE_KAFKA_".to_string(), "ignored".to_string()),
+            ("HOME".to_string(), "/root".to_string()),
+        ];
+        assert_eq!(
+            kafka_properties_from_env(vars),
+            vec![
+                ("sasl.password".to_string(), "s3cret".to_string()),
+                ("ssl.ca.location".to_string(), "/etc/tls/ca.crt".to_string()),
+            ]
+        );
     }
 
     #[test]

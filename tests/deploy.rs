@@ -1,0 +1,190 @@
+//! Shipping artifacts, each checked with a real tool: Helm's linter on the chart, warmstore's own
+//! config check on the config the chart renders, promtool on the alert rules, and a real Prometheus
+//! evaluating every dashboard and alert expression against a running warmstore.
+
+mod common;
+
+use common::{wait_until, Broker, Prometheus};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use warmstore::config::{Config, HttpConfig, RestoreConfig, StoreConfig};
+use warmstore::service::Service;
+use warmstore::status::PartitionState;
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+#[test]
+fn helm_lint_reports_no_errors_with_default_and_all_options() {
+    let out = Command::new("python3")
+        .arg(repo("helm/lint.py"))
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "helm lint failed (needs `pip install --ignore-requires-python helm-sdkpy`):\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_config_the_chart_renders_is_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    for values in [
+        "helm/warmstore/values.yaml",
+        "helm/warmstore/ci/all-options-values.yaml",
+    ] {
+        let text = std::fs::read_to_string(repo(values)).unwrap();
+        let parsed: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        let config = serde_yaml::to_string(&parsed["config"]).unwrap();
+        let path = dir.path().join("warmstore.yaml");
+        std::fs::write(&path, &config).unwrap();
+        // The chart passes the bootstrap servers through the environment, as here.
+        let out = Command::new(env!("CARGO_BIN_EXE_warmstore"))
+            .args(["check-config", "--config", path.to_str().unwrap()])
+            .env("WARMSTORE_BOOTSTRAP_SERVERS", "kafka:9092")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{values}: {}\n{config}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn alert_rules_pass_promtool_and_the_chart_ships_the_same_rules() {
+    let out = Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(repo("dashboards/alerts.yaml"))
+        .output()
+        .expect("promtool is installed (Debian package prometheus)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo("dashboards/alerts.yaml")).unwrap(),
+        std::fs::read_to_string(repo("helm/warmstore/files/alerts.yaml")).unwrap(),
+        "helm/warmstore/files/alerts.yaml must be a copy of dashboards/alerts.yaml"
+    );
+}
+
+/// Grafana variables replaced by what the test's Prometheus holds.
+fn substitute(expr: &str) -> String {
+    expr.replace("$__rate_interval", "10s")
+        .replace("$__range", "1h")
+        .replace("$namespace", "test")
+        .replace("$pod", "warmstore-0")
+        .replace("$store", "obs")
+        .replace("$partition", ".*")
+}
+
+/// Every PromQL expression of the dashboard: panel targets, and the selectors inside the template
+/// variables' `label_values(...)` queries.
+fn dashboard_expressions() -> Vec<String> {
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(repo("dashboards/warmstore.json")).unwrap())
+            .unwrap();
+    let mut exprs = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            exprs.push(target["expr"].as_str().unwrap().to_string());
+        }
+    }
+    for var in dashboard["templating"]["list"].as_array().unwrap() {
+        if let Some(query) = var["definition"].as_str() {
+            let inner = query
+                .trim_start_matches("label_values(")
+                .trim_end_matches(')');
+            let selector = inner.rsplit_once(',').map_or(inner, |(s, _)| s);
+            exprs.push(selector.to_string());
+        }
+    }
+    exprs
+}
+
+fn rule_expressions() -> Vec<String> {
+    let rules: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(repo("dashboards/alerts.yaml")).unwrap())
+            .unwrap();
+    rules["groups"][0]["rules"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|r| r["expr"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn every_dashboard_and_alert_expression_evaluates_against_real_data() {
+    let mut broker = Broker::new();
+    broker.create_topic("dash", 2);
+    broker.produce_changelog("dash", 2, 300, 31);
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config {
+        kafka: [("bootstrap.servers".to_string(), broker.bootstrap.clone())].into(),
+        state_dir: dir.path().join("state"),
+        http: HttpConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+        },
+        restore: RestoreConfig::default(),
+        rocksdb: Default::default(),
+        stores: vec![StoreConfig {
+            name: "obs".into(),
+            changelog: "dash".into(),
+            partitions: None,
+        }],
+    };
+    let dashboard = dashboard_expressions();
+    assert!(dashboard.len() >= 15, "{dashboard:?}");
+    let rules = rule_expressions();
+    assert_eq!(rules.len(), 5);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let service = Service::start(&config).await.unwrap();
+        let target = service.http_addr.to_string();
+        let s = &service;
+        tokio::task::block_in_place(|| {
+            wait_until("catch-up", Duration::from_secs(60), || {
+                let p = s.board.partitions();
+                p.len() == 2 && p.iter().all(|p| p.state() == PartitionState::CaughtUp)
+            });
+            let prom = Prometheus::start(dir.path(), &target);
+            // Enough scrapes for rate() over the substituted 10 s window.
+            wait_until("12 s of samples", Duration::from_secs(60), || {
+                prom.query_scalar("count_over_time(warmstore_ready[1m])")
+                    .is_some_and(|n| n >= 12.0)
+            });
+            let mut empty = Vec::new();
+            for expr in &dashboard {
+                let answer = prom.query(&substitute(expr));
+                assert_eq!(answer["status"], "success", "{expr}: {answer}");
+                if answer["data"]["result"]
+                    .as_array()
+                    .is_none_or(Vec::is_empty)
+                {
+                    empty.push(expr.clone());
+                }
+            }
+            assert!(
+                empty.is_empty(),
+                "dashboard expressions without data: {empty:#?}"
+            );
+            for expr in &rules {
+                let answer = prom.query(expr);
+                assert_eq!(answer["status"], "success", "{expr}: {answer}");
+            }
+        });
+        service.stop().await;
+    });
+}
