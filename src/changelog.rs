@@ -46,6 +46,20 @@ pub struct EngineContext {
 
 impl ClientContext for EngineContext {
     fn stats(&self, statistics: Statistics) {
+        let states: Vec<(String, String)> = statistics
+            .brokers
+            .values()
+            .map(|b| (b.nodename.clone(), b.state.clone()))
+            .collect();
+        if let Some(outage) = outage(&states) {
+            if self.board.kafka_outage().is_none() {
+                tracing::warn!(%outage, "Kafka unreachable; librdkafka keeps reconnecting");
+            }
+            self.board.set_kafka_outage(Some(outage));
+        } else if self.board.kafka_outage().is_some() {
+            tracing::info!("Kafka reachable again");
+            self.board.set_kafka_outage(None);
+        }
         for (topic, t) in statistics.topics {
             for (partition, p) in t.partitions {
                 if partition < 0 {
@@ -75,6 +89,18 @@ impl ClientContext for EngineContext {
 }
 
 impl ConsumerContext for EngineContext {}
+
+/// `Some(explanation)` when no broker connection is up, from (broker, state) pairs of librdkafka's
+/// statistics; the bootstrap entries count, so an outage from the start is seen too.
+pub fn outage(brokers: &[(String, String)]) -> Option<String> {
+    if brokers.iter().any(|(_, state)| state == "UP") {
+        return None;
+    }
+    let mut names: Vec<String> = brokers.iter().map(|(n, s)| format!("{n} {s}")).collect();
+    names.sort();
+    names.dedup();
+    Some(format!("no Kafka broker reachable ({})", names.join(", ")))
+}
 
 /// The consumer config: defaults, then the user's properties on top.
 pub fn client_config(kafka: &BTreeMap<String, String>) -> ClientConfig {
@@ -126,4 +152,30 @@ pub fn partitions_of(
         return Err(format!("topic {topic} has no partitions"));
     }
     Ok(partitions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn brokers(states: &[(&str, &str)]) -> Vec<(String, String)> {
+        states
+            .iter()
+            .map(|(n, s)| (n.to_string(), s.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn an_outage_is_no_broker_up() {
+        assert_eq!(
+            outage(&brokers(&[("b:9092", "UP"), ("c:9092", "DOWN")])),
+            None
+        );
+        let o = outage(&brokers(&[("b:9092", "CONNECT"), ("c:9092", "DOWN")])).unwrap();
+        assert!(
+            o.contains("b:9092 CONNECT") && o.contains("c:9092 DOWN"),
+            "{o}"
+        );
+        assert!(outage(&[]).is_some());
+    }
 }

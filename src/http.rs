@@ -1,8 +1,9 @@
 //! The HTTP endpoints (DESIGN.md, "HTTP"): `/metrics`, `/livez`, `/readyz`, `/stores`. GET only;
 //! any other method gets 405, and request bodies are refused.
 
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -25,8 +26,26 @@ pub fn router(state: AppState) -> Router {
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
         .route("/stores", get(stores))
-        .layer(DefaultBodyLimit::max(1024))
+        .layer(middleware::from_fn(refuse_bodies))
         .with_state(state)
+}
+
+/// The endpoints take no input: a request announcing a body over 1 KiB (or a chunked one) is refused
+/// before anything reads it.
+async fn refuse_bodies(request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    let too_long = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .is_some_and(|n| n > 1024);
+    if too_long || headers.contains_key(header::TRANSFER_ENCODING) {
+        return (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request bodies are not accepted\n",
+        )
+            .into_response();
+    }
+    next.run(request).await
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {

@@ -44,7 +44,19 @@ pub fn inspect(dir: &Path) -> Result<Report, InspectError> {
 }
 
 fn read_report(dir: &Path, log_dir: &Path) -> Result<Report, String> {
-    let db = open_read_only(dir, log_dir).map_err(|e| e.into_string())?;
+    // Beside a running service, a compaction can delete a table file between reading the MANIFEST
+    // and opening the file; a second look sees the new MANIFEST.
+    let mut attempt = 0;
+    let db = loop {
+        match open_read_only(dir, log_dir) {
+            Ok(db) => break db,
+            Err(_) if attempt < 5 => {
+                attempt += 1;
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => return Err(e.into_string()),
+        }
+    };
     let offsets_cf = db
         .cf_handle(OFFSETS_CF)
         .ok_or("it has no `offsets` column family")?;

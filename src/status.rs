@@ -209,6 +209,8 @@ pub struct PartitionSnapshot {
 pub struct Board {
     partitions: RwLock<Vec<Arc<PartitionStatus>>>,
     store_errors: Mutex<BTreeMap<String, String>>,
+    /// Set while no Kafka broker is reachable (from librdkafka's statistics).
+    kafka_outage: Mutex<Option<String>>,
     /// Cleared when the restore engine stops or dies; `/livez` reports it.
     pub restore_alive: AtomicBool,
 }
@@ -241,6 +243,16 @@ impl Board {
                 None => errors.remove(store),
             };
         }
+    }
+
+    pub fn set_kafka_outage(&self, outage: Option<String>) {
+        if let Ok(mut slot) = self.kafka_outage.lock() {
+            *slot = outage;
+        }
+    }
+
+    pub fn kafka_outage(&self) -> Option<String> {
+        self.kafka_outage.lock().ok().and_then(|o| o.clone())
     }
 
     pub fn store_errors(&self) -> BTreeMap<String, String> {

@@ -114,8 +114,13 @@ fn sigkill_during_restore_and_tailing_loses_nothing() {
 
     let stop = Arc::new(AtomicBool::new(false));
     let writer = producer(broker.bootstrap.clone(), stop.clone());
+    // 10 kills in CI; WARMSTORE_KILLS=100 for the long run in RELIABILITY.md.
+    let kills: usize = std::env::var("WARMSTORE_KILLS")
+        .ok()
+        .and_then(|k| k.parse().ok())
+        .unwrap_or(10);
     let mut rng = Rng::new(7);
-    for _ in 0..10 {
+    for _ in 0..kills {
         let mut child = start(&config, &log_file);
         std::thread::sleep(Duration::from_millis(300 + rng.below(1500)));
         child.kill().unwrap(); // SIGKILL
@@ -135,21 +140,27 @@ fn sigkill_during_restore_and_tailing_loses_nothing() {
     let resumed = text
         .matches("store was not closed cleanly; resuming")
         .count();
-    println!("kills: 10, unclean resumes logged: {resumed}");
-    assert!(
-        resumed >= 5,
-        "most kills leave stores open, which are resumed:\n{text}"
-    );
+    let wipes = text.matches("wiping store").count();
+    let mut divergences = 0;
     for p in 0..PARTITIONS {
         let (applied, data) = read_store(&dir.path().join("state"), "s", TOPIC, p);
         let records = &log[p as usize];
-        assert_eq!(
-            applied,
-            Some(records.len() as i64 - 1),
-            "partition {p} applied the last offset"
-        );
-        assert_eq!(data, model(records), "partition {p} equals the model");
+        if applied != Some(records.len() as i64 - 1) || data != model(records) {
+            divergences += 1;
+        }
     }
+    println!(
+        "kills: {kills}, records produced: {}, unclean resumes: {resumed}, wipes: {wipes}, divergent stores: {divergences}",
+        log.iter().map(Vec::len).sum::<usize>()
+    );
+    assert_eq!(
+        divergences, 0,
+        "every store equals the model after the last restart"
+    );
+    assert!(
+        resumed >= kills / 2,
+        "most kills leave stores open, which are resumed:\n{text}"
+    );
 }
 
 #[test]

@@ -49,7 +49,14 @@ type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 
 fn raw(dir: &Path) -> (Entries, Entries) {
     let logs = tempfile::tempdir().unwrap();
-    let db = open_read_only(&paths(dir).db, logs.path()).expect("read-only open");
+    // Beside a live writer, a compaction can delete a file between the MANIFEST read and its open.
+    let db = (0..20)
+        .find_map(|_| {
+            open_read_only(&paths(dir).db, logs.path())
+                .map_err(|_| std::thread::sleep(std::time::Duration::from_millis(20)))
+                .ok()
+        })
+        .expect("read-only open");
     let read = |cf| {
         db.iterator_cf(cf, rocksdb::IteratorMode::Start)
             .map(|item| {

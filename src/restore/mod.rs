@@ -163,6 +163,7 @@ impl StoreSetup {
                 consumer: self.consumer.clone(),
                 queue,
                 status,
+                board: self.board.clone(),
                 tp,
                 paths,
                 options: self.options.clone(),

@@ -29,6 +29,7 @@ pub struct Worker {
     pub consumer: Arc<ChangelogConsumer>,
     pub queue: PartitionQueue<EngineContext>,
     pub status: Arc<PartitionStatus>,
+    pub board: Arc<crate::status::Board>,
     pub tp: TopicPartition,
     pub paths: StorePaths,
     pub options: StoreOptions,
@@ -280,13 +281,21 @@ impl Worker {
                 status.disk_bytes.store(store.disk_bytes(), Relaxed);
                 last_properties = now;
             }
-            let state = if caught_up {
-                PartitionState::CaughtUp
+            // While no broker is reachable the partition is failed, visibly; librdkafka reconnects
+            // with its own backoff, and the partition resumes where it was without a restart.
+            if let Some(outage) = self.board.kafka_outage() {
+                if status.error().as_deref() != Some(outage.as_str()) {
+                    status.set_state(PartitionState::Failed, Some(outage));
+                }
             } else {
-                PartitionState::Restoring
-            };
-            if state != status.state() {
-                status.set_state(state, None);
+                let state = if caught_up {
+                    PartitionState::CaughtUp
+                } else {
+                    PartitionState::Restoring
+                };
+                if state != status.state() {
+                    status.set_state(state, None);
+                }
             }
             was_caught_up = caught_up;
         }

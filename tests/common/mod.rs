@@ -34,6 +34,7 @@ impl Broker {
         let producer = ClientConfig::new()
             .set("bootstrap.servers", &bootstrap)
             .set("linger.ms", "5")
+            .set("message.max.bytes", "10000000")
             .create()
             .expect("producer");
         Broker {
@@ -62,10 +63,16 @@ impl Broker {
         loop {
             match self.producer.send(record) {
                 Ok(()) => break,
-                Err((_, r)) => {
+                Err((
+                    rdkafka::error::KafkaError::MessageProduction(
+                        rdkafka::types::RDKafkaErrorCode::QueueFull,
+                    ),
+                    r,
+                )) => {
                     record = r;
                     self.producer.poll(Duration::from_millis(10));
                 }
+                Err((e, _)) => panic!("cannot produce to {topic}: {e}"),
             }
         }
         self.log
