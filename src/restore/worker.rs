@@ -24,6 +24,8 @@ const WATERMARK_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bookkeeping (commit decision, status update) happens at least this often in records.
 const MAX_BATCH_RECORDS: usize = 10_000;
 const PROPERTIES_EVERY: Duration = Duration::from_secs(5);
+/// Longest a catching-up partition keeps commits unflushed (the configured bound applies if tighter).
+const RESTORING_FLUSH_BOUND: Duration = Duration::from_secs(5);
 
 pub struct Worker {
     pub consumer: Arc<ChangelogConsumer>,
@@ -260,9 +262,16 @@ impl Worker {
                 store.flush().map_err(|e| Failure::Store(e.to_string()))?;
                 first_catch_up_flushed = true;
             }
+            // While catching up, progress is flushed at least every few seconds: a process killed
+            // again and again mid-restore (an OOM loop, a crash loop) still moves forward.
             let now = Instant::now();
+            let bound = if caught_up {
+                self.options.flush_interval
+            } else {
+                RESTORING_FLUSH_BOUND
+            };
             store
-                .maybe_flush(now)
+                .maybe_flush_within(now, bound)
                 .map_err(|e| Failure::Store(e.to_string()))?;
 
             status.records.fetch_add(batch.records, Relaxed);

@@ -242,7 +242,20 @@ impl Store {
 
     /// Flushes when the time bound says so; also called on a timer so idle stores get flushed.
     pub fn maybe_flush(&mut self, now: Instant) -> Result<bool, StoreError> {
-        if flush_due(self.unflushed_since, now, self.options.flush_interval) {
+        self.maybe_flush_within(now, self.options.flush_interval)
+    }
+
+    /// Like `maybe_flush`, with a tighter bound than the configured one (never a looser one).
+    pub fn maybe_flush_within(
+        &mut self,
+        now: Instant,
+        bound: Duration,
+    ) -> Result<bool, StoreError> {
+        if flush_due(
+            self.unflushed_since,
+            now,
+            bound.min(self.options.flush_interval),
+        ) {
             self.flush()?;
             return Ok(true);
         }
