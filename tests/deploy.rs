@@ -4,12 +4,11 @@
 
 mod common;
 
-use common::{wait_until, Broker, Prometheus};
+use common::{runtime, service_config, store, wait_until, Broker, Prometheus};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use warmstore::config::{Config, HttpConfig, RestoreConfig, StoreConfig};
 use warmstore::service::Service;
 use warmstore::status::PartitionState;
 
@@ -128,28 +127,17 @@ fn every_dashboard_and_alert_expression_evaluates_against_real_data() {
     broker.create_topic("dash", 2);
     broker.produce_changelog("dash", 2, 300, 31);
     let dir = tempfile::tempdir().unwrap();
-    let config = Config {
-        kafka: [("bootstrap.servers".to_string(), broker.bootstrap.clone())].into(),
-        state_dir: dir.path().join("state"),
-        http: HttpConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-        },
-        restore: RestoreConfig::default(),
-        rocksdb: Default::default(),
-        stores: vec![StoreConfig {
-            name: "obs".into(),
-            changelog: "dash".into(),
-            partitions: None,
-        }],
-    };
+    let config = service_config(
+        &broker.bootstrap,
+        &dir.path().join("state"),
+        vec![store("obs", "dash", None)],
+        &[],
+    );
     let dashboard = dashboard_expressions();
     assert!(dashboard.len() >= 15, "{dashboard:?}");
     let rules = rule_expressions();
     assert_eq!(rules.len(), 5);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     rt.block_on(async {
         let service = Service::start(&config).await.unwrap();
         let target = service.http_addr.to_string();

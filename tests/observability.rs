@@ -3,16 +3,13 @@
 
 mod common;
 
-use common::{http_get, wait_until, Broker};
+use common::{http_get, runtime, service_config, store, wait_caught_up, wait_until, Broker};
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use warmstore::config::{Config, HttpConfig, RestoreConfig, StoreConfig};
 use warmstore::service::Service;
-use warmstore::status::PartitionState;
 
 type Labels = BTreeMap<String, String>;
 
@@ -58,48 +55,6 @@ fn value(metrics: &[(String, Labels, f64)], name: &str, want: &[(&str, &str)]) -
     found[0]
 }
 
-fn config(bootstrap: &str, state_dir: &Path, topic: &str, kafka: &[(&str, &str)]) -> Config {
-    let mut properties: BTreeMap<String, String> =
-        [("bootstrap.servers".to_string(), bootstrap.to_string())].into();
-    for (k, v) in kafka {
-        properties.insert(k.to_string(), v.to_string());
-    }
-    Config {
-        kafka: properties,
-        state_dir: state_dir.to_path_buf(),
-        http: HttpConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-        },
-        restore: RestoreConfig {
-            commit_interval: Duration::from_millis(200),
-            ready_max_lag: 0,
-            ..Default::default()
-        },
-        rocksdb: Default::default(),
-        stores: vec![StoreConfig {
-            name: "obs".into(),
-            changelog: topic.into(),
-            partitions: None,
-        }],
-    }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn wait_caught_up(service: &Service, count: usize) {
-    wait_until("catch-up", Duration::from_secs(60), || {
-        let p = service.board.partitions();
-        p.len() == count
-            && p.iter()
-                .all(|p| p.state() == PartitionState::CaughtUp && p.lag() == Some(0))
-    });
-}
-
 fn scrape(addr: &str) -> String {
     let (status, body) = http_get(addr, "/metrics");
     assert_eq!(status, 200);
@@ -138,7 +93,12 @@ fn metrics_after_a_restore_have_the_right_values() {
     broker.send("obs", 0, None, Some(b"no key"));
     broker.flush();
     let dir = tempfile::tempdir().unwrap();
-    let config = config(&broker.bootstrap, dir.path(), "obs", &[]);
+    let config = service_config(
+        &broker.bootstrap,
+        dir.path(),
+        vec![store("obs", "obs", None)],
+        &[],
+    );
     let rt = runtime();
     let text = rt.block_on(async {
         let service = Service::start(&config).await.unwrap();
@@ -235,10 +195,10 @@ fn readyz_is_503_while_restoring_and_200_after() {
         .broker_round_trip_time(1, Duration::from_millis(100))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let config = config(
+    let config = service_config(
         &broker.bootstrap,
         dir.path(),
-        "slow",
+        vec![store("obs", "slow", None)],
         &[
             ("max.partition.fetch.bytes", "4096"),
             ("fetch.max.bytes", "4096"),
@@ -293,7 +253,12 @@ fn a_forced_wipe_is_counted_with_its_reason() {
     broker.create_topic("wiped", 2);
     broker.produce_changelog("wiped", 2, 100, 23);
     let dir = tempfile::tempdir().unwrap();
-    let config = config(&broker.bootstrap, dir.path(), "wiped", &[]);
+    let config = service_config(
+        &broker.bootstrap,
+        dir.path(),
+        vec![store("obs", "wiped", None)],
+        &[],
+    );
     let rt = runtime();
     let run = |rt: &tokio::runtime::Runtime| {
         rt.block_on(async {
@@ -363,7 +328,12 @@ fn a_real_prometheus_scrapes_the_service() {
     broker.create_topic("scraped", 2);
     broker.produce_changelog("scraped", 2, 300, 24);
     let dir = tempfile::tempdir().unwrap();
-    let config = config(&broker.bootstrap, dir.path(), "scraped", &[]);
+    let config = service_config(
+        &broker.bootstrap,
+        dir.path(),
+        vec![store("obs", "scraped", None)],
+        &[],
+    );
     let rt = runtime();
     rt.block_on(async {
         let service = Service::start(&config).await.unwrap();

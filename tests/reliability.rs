@@ -4,7 +4,10 @@
 
 mod common;
 
-use common::{free_port, http_get, read_store, wait_until, Broker};
+use common::{
+    all_caught_up, free_port, http_get, read_store, runtime, service_config, store, wait_until,
+    Broker,
+};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -12,7 +15,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use warmstore::config::{Config, HttpConfig, RestoreConfig, StoreConfig};
+use warmstore::config::Config;
 use warmstore::dirty::WipeReason;
 use warmstore::service::Service;
 use warmstore::status::PartitionState;
@@ -28,44 +31,11 @@ fn config(
     stores: &[(&str, &str)],
     kafka: &[(&str, &str)],
 ) -> Config {
-    let mut properties: std::collections::BTreeMap<String, String> =
-        [("bootstrap.servers".to_string(), bootstrap.to_string())].into();
-    properties.extend(kafka.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    Config {
-        kafka: properties,
-        state_dir: state_dir.to_path_buf(),
-        http: HttpConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-        },
-        restore: RestoreConfig {
-            commit_interval: Duration::from_millis(200),
-            ready_max_lag: 0,
-            ..Default::default()
-        },
-        rocksdb: Default::default(),
-        stores: stores
-            .iter()
-            .map(|(name, topic)| StoreConfig {
-                name: name.to_string(),
-                changelog: topic.to_string(),
-                partitions: None,
-            })
-            .collect(),
-    }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn all_caught_up(service: &Service, count: usize) -> bool {
-    let p = service.board.partitions();
-    p.len() == count
-        && p.iter()
-            .all(|p| p.state() == PartitionState::CaughtUp && p.lag() == Some(0))
+    let stores = stores
+        .iter()
+        .map(|(name, topic)| store(name, topic, None))
+        .collect();
+    service_config(bootstrap, state_dir, stores, kafka)
 }
 
 fn assert_stores_match(broker: &Broker, state: &Path, store: &str, topic: &str, partitions: i32) {

@@ -3,57 +3,14 @@
 
 mod common;
 
-use common::{read_store, wait_until, Broker};
-use std::path::Path;
+use common::{read_store, runtime, service_config, store, wait_caught_up, wait_until, Broker};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use warmstore::config::{Config, HttpConfig, RestoreConfig, StoreConfig};
+use warmstore::config::Config;
 use warmstore::dirty::WipeReason;
 use warmstore::service::Service;
 use warmstore::status::PartitionState;
-
-fn config(bootstrap: &str, state_dir: &Path, stores: Vec<StoreConfig>) -> Config {
-    Config {
-        kafka: [("bootstrap.servers".to_string(), bootstrap.to_string())].into(),
-        state_dir: state_dir.to_path_buf(),
-        http: HttpConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-        },
-        restore: RestoreConfig {
-            commit_interval: Duration::from_millis(200),
-            ..Default::default()
-        },
-        rocksdb: Default::default(),
-        stores,
-    }
-}
-
-fn store(name: &str, topic: &str, partitions: Option<Vec<i32>>) -> StoreConfig {
-    StoreConfig {
-        name: name.into(),
-        changelog: topic.into(),
-        partitions,
-    }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// Waits until `count` partitions are caught up with zero lag.
-fn wait_caught_up(service: &Service, count: usize) {
-    wait_until("catch-up", Duration::from_secs(60), || {
-        let partitions = service.board.partitions();
-        partitions.len() == count
-            && partitions
-                .iter()
-                .all(|p| p.state() == PartitionState::CaughtUp && p.lag() == Some(0))
-    });
-}
 
 /// Runs the service until caught up, then stops it cleanly; returns records read per partition.
 fn restore_once(
@@ -88,10 +45,11 @@ fn end_to_end_stores_equal_the_changelog() {
     broker.create_topic("e2e", 4);
     broker.produce_changelog("e2e", 4, 1500, 1);
     let dir = tempfile::tempdir().unwrap();
-    let config = config(
+    let config = service_config(
         &broker.bootstrap,
         dir.path(),
         vec![store("counts", "e2e", None)],
+        &[],
     );
     let figures = restore_once(&runtime(), &config, 4);
     for (partition, records, _) in figures {
@@ -114,10 +72,11 @@ fn resume_reads_only_new_records() {
     broker.create_topic("resume", 2);
     broker.produce_changelog("resume", 2, 1000, 2);
     let dir = tempfile::tempdir().unwrap();
-    let config = config(
+    let config = service_config(
         &broker.bootstrap,
         dir.path(),
         vec![store("s", "resume", Some(vec![0, 1]))],
+        &[],
     );
     let rt = runtime();
     restore_once(&rt, &config, 2);
@@ -147,10 +106,11 @@ fn null_keys_are_skipped_and_counted_and_empty_values_kept() {
     broker.send("nulls", 0, Some(&[0, 255, 10]), Some(&[1, 0, 2]));
     broker.flush();
     let dir = tempfile::tempdir().unwrap();
-    let config = config(
+    let config = service_config(
         &broker.bootstrap,
         dir.path(),
         vec![store("s", "nulls", None)],
+        &[],
     );
     let rt = runtime();
     let nulls = rt.block_on(async {
@@ -178,10 +138,11 @@ fn retention_past_the_store_wipes_and_rebuilds() {
     broker.create_topic("retained", 1);
     broker.produce_changelog("retained", 1, 200, 4);
     let dir = tempfile::tempdir().unwrap();
-    let config = config(
+    let config = service_config(
         &broker.bootstrap,
         dir.path(),
         vec![store("s", "retained", None)],
+        &[],
     );
     let rt = runtime();
     restore_once(&rt, &config, 1);
@@ -220,7 +181,7 @@ fn a_missing_topic_fails_only_its_store() {
     broker.create_topic("present", 2);
     broker.produce_changelog("present", 2, 100, 5);
     let dir = tempfile::tempdir().unwrap();
-    let config = config(
+    let config = service_config(
         &broker.bootstrap,
         dir.path(),
         vec![
@@ -228,6 +189,7 @@ fn a_missing_topic_fails_only_its_store() {
             store("whole-topic-missing", "absent-topic", None),
             store("partition-missing", "absent-too", Some(vec![0])),
         ],
+        &[],
     );
     let rt = runtime();
     rt.block_on(async {

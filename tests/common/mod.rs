@@ -11,6 +11,9 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use warmstore::config::{Config, HttpConfig, RestoreConfig, StoreConfig};
+use warmstore::service::Service;
+use warmstore::status::PartitionState;
 use warmstore::store::format::decode_i64;
 use warmstore::store::{open_read_only, StorePaths};
 use warmstore::testkit::Rng;
@@ -295,4 +298,58 @@ pub fn percent_encode(text: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+pub fn store(name: &str, topic: &str, partitions: Option<Vec<i32>>) -> StoreConfig {
+    StoreConfig {
+        name: name.into(),
+        changelog: topic.into(),
+        partitions,
+    }
+}
+
+/// A service config for in-process tests: any free port, quick commits, ready only at lag 0.
+pub fn service_config(
+    bootstrap: &str,
+    state_dir: &Path,
+    stores: Vec<StoreConfig>,
+    kafka: &[(&str, &str)],
+) -> Config {
+    let mut properties: BTreeMap<String, String> =
+        [("bootstrap.servers".to_string(), bootstrap.to_string())].into();
+    properties.extend(kafka.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    Config {
+        kafka: properties,
+        state_dir: state_dir.to_path_buf(),
+        http: HttpConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+        },
+        restore: RestoreConfig {
+            commit_interval: Duration::from_millis(200),
+            ready_max_lag: 0,
+            ..Default::default()
+        },
+        rocksdb: Default::default(),
+        stores,
+    }
+}
+
+pub fn all_caught_up(service: &Service, count: usize) -> bool {
+    let p = service.board.partitions();
+    p.len() == count
+        && p.iter()
+            .all(|p| p.state() == PartitionState::CaughtUp && p.lag() == Some(0))
+}
+
+pub fn wait_caught_up(service: &Service, count: usize) {
+    wait_until("catch-up", Duration::from_secs(60), || {
+        all_caught_up(service, count)
+    });
 }
