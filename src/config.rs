@@ -328,7 +328,7 @@ stores:
                 "/etc/tls/ca.crt".to_string(),
             ),
             ("WARMSTORE_KAFKA_".to_string(), "ignored".to_string()),
-            ("HOME".to_string(), "/root".to_string()),
+            ("HOME".to_string(), "/home/app".to_string()),
         ];
         assert_eq!(
             kafka_properties_from_env(vars),
