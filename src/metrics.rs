@@ -121,16 +121,17 @@ fn partition_values(p: &PartitionStatus, now_ms: i64) -> Vec<Sample> {
             out.push(("warmstore_restore_eta_seconds", None, eta));
         }
     }
-    out.push((
-        "warmstore_records_restored_total",
-        None,
-        p.records.load(Relaxed) as f64,
-    ));
-    out.push((
-        "warmstore_bytes_restored_total",
-        None,
-        p.bytes.load(Relaxed) as f64,
-    ));
+    let plain = [
+        ("warmstore_records_restored_total", &p.records),
+        ("warmstore_bytes_restored_total", &p.bytes),
+        ("warmstore_unclean_shutdowns_total", &p.unclean_shutdowns),
+        ("warmstore_commits_total", &p.commits),
+        ("warmstore_store_estimated_keys", &p.estimated_keys),
+        ("warmstore_store_disk_bytes", &p.disk_bytes),
+    ];
+    for (name, value) in plain {
+        out.push((name, None, value.load(Relaxed) as f64));
+    }
     for s in PartitionState::ALL {
         out.push((
             "warmstore_store_state",
@@ -146,29 +147,9 @@ fn partition_values(p: &PartitionStatus, now_ms: i64) -> Vec<Sample> {
         ));
     }
     out.push((
-        "warmstore_unclean_shutdowns_total",
-        None,
-        p.unclean_shutdowns.load(Relaxed) as f64,
-    ));
-    out.push((
         "warmstore_invalid_records_total",
         Some(("reason", "null_key")),
         p.null_keys.load(Relaxed) as f64,
-    ));
-    out.push((
-        "warmstore_commits_total",
-        None,
-        p.commits.load(Relaxed) as f64,
-    ));
-    out.push((
-        "warmstore_store_estimated_keys",
-        None,
-        p.estimated_keys.load(Relaxed) as f64,
-    ));
-    out.push((
-        "warmstore_store_disk_bytes",
-        None,
-        p.disk_bytes.load(Relaxed) as f64,
     ));
     out
 }
