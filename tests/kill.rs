@@ -17,8 +17,31 @@ use warmstore::testkit::Rng;
 const TOPIC: &str = "killed";
 const PARTITIONS: i32 = 3;
 
-fn start(config: &Path, log: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_warmstore"))
+/// A running `warmstore run`, killed if a failing test unwinds past it, so nothing outlives the test.
+struct Running(Child);
+
+impl std::ops::Deref for Running {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(config: &Path, log: &Path) -> Running {
+    let child = Command::new(env!("CARGO_BIN_EXE_warmstore"))
         .args(["run", "--config", config.to_str().unwrap()])
         .env("RUST_LOG", "warmstore=info")
         .stdout(Stdio::null())
@@ -30,7 +53,8 @@ fn start(config: &Path, log: &Path) -> Child {
                 .unwrap(),
         )
         .spawn()
-        .expect("warmstore starts")
+        .expect("warmstore starts");
+    Running(child)
 }
 
 type Log = Vec<Vec<(Vec<u8>, Option<Vec<u8>>)>>;
@@ -81,7 +105,7 @@ fn model(records: &[(Vec<u8>, Option<Vec<u8>>)]) -> BTreeMap<Vec<u8>, Vec<u8>> {
     state
 }
 
-fn sigterm_and_wait(mut child: Child) -> Option<i32> {
+fn sigterm_and_wait(mut child: Running) -> Option<i32> {
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     for _ in 0..100 {
         if let Some(status) = child.try_wait().unwrap() {
