@@ -25,13 +25,21 @@ const KEY_LEN: u64 = 16;
 /// Per-record overhead inside a Kafka record batch, roughly.
 const RECORD_OVERHEAD: u64 = 24;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {
+    #[arg(long, default_value_t = 500_000)]
     pub records: u64,
+    #[arg(long, default_value_t = 32)]
     pub partitions: i32,
+    #[arg(long, default_value_t = 100)]
     pub value_size: usize,
+    /// Where the stores go (default: a new directory under the system temp dir).
+    #[arg(long)]
     pub state_dir: Option<PathBuf>,
+    /// Keep tailing and serving HTTP until Ctrl-C.
+    #[arg(long)]
     pub keep_running: bool,
+    #[arg(long, default_value = "127.0.0.1:9464")]
     pub listen: SocketAddr,
 }
 

@@ -3,7 +3,6 @@
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -30,22 +29,7 @@ enum Command {
         config: PathBuf,
     },
     /// The same service on an embedded broker: generate a changelog, restore it, print a summary.
-    Demo {
-        #[arg(long, default_value_t = 500_000)]
-        records: u64,
-        #[arg(long, default_value_t = 32)]
-        partitions: i32,
-        #[arg(long, default_value_t = 100)]
-        value_size: usize,
-        /// Where the stores go (default: a new directory under the system temp dir).
-        #[arg(long)]
-        state_dir: Option<PathBuf>,
-        /// Keep tailing and serving HTTP until Ctrl-C.
-        #[arg(long)]
-        keep_running: bool,
-        #[arg(long, default_value = "127.0.0.1:9464")]
-        listen: SocketAddr,
-    },
+    Demo(DemoArgs),
     /// Print a store's offsets, status, estimated keys and size as JSON; never changes the store.
     Inspect {
         /// A store partition directory: <state_dir>/<store>/<partition>
@@ -130,23 +114,9 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Demo {
-            records,
-            partitions,
-            value_size,
-            state_dir,
-            keep_running,
-            listen,
-        } => {
+        Command::Demo(args) => {
             warmstore::logging::init("warn");
-            demo(DemoArgs {
-                records,
-                partitions,
-                value_size,
-                state_dir,
-                keep_running,
-                listen,
-            })
+            demo(args)
         }
         Command::Inspect { store_dir } => match warmstore::inspect::inspect(&store_dir) {
             Ok(report) => match serde_json::to_string_pretty(&report) {

@@ -93,6 +93,8 @@ struct Batch {
     out_of_range: Option<String>,
     /// The partition cannot be consumed (topic or partition gone).
     kafka_failure: Option<String>,
+    /// Timestamp of the last record taken, published once per batch (lag in seconds).
+    last_timestamp_ms: Option<i64>,
 }
 
 impl Worker {
@@ -355,9 +357,8 @@ impl Worker {
                         }
                         *next = offset + 1;
                         *last_taken = Some(offset);
-                        if let Some(ts) = m.timestamp().to_millis() {
-                            self.status.last_record_ts_ms.store(ts, Relaxed);
-                        }
+                        batch.last_timestamp_ms =
+                            m.timestamp().to_millis().or(batch.last_timestamp_ms);
                     }
                 }
                 Err(KafkaError::MessageConsumption(code)) => match code {
@@ -390,6 +391,9 @@ impl Worker {
                 break;
             }
             message = self.queue.poll(Duration::ZERO);
+        }
+        if let Some(ts) = batch.last_timestamp_ms {
+            self.status.last_record_ts_ms.store(ts, Relaxed);
         }
         batch
     }
