@@ -59,6 +59,8 @@ pub struct RestoreConfig {
     pub flush_interval: Duration,
     /// RocksDB's write-ahead log; off as in Kafka Streams.
     pub wal: bool,
+    /// Partitions of the process catching up at once; the rest wait their turn, tailing needs none.
+    pub max_parallel_restores: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -106,6 +108,7 @@ struct RawRestore {
     flush_interval: Option<HumanDuration>,
     #[serde(default)]
     wal: bool,
+    max_parallel_restores: Option<usize>,
 }
 
 fn default_state_dir() -> PathBuf {
@@ -125,6 +128,7 @@ impl Default for RestoreConfig {
             ready_max_lag: 10_000,
             flush_interval: Duration::from_secs(60),
             wal: false,
+            max_parallel_restores: 8,
         }
     }
 }
@@ -174,6 +178,9 @@ impl Config {
             ready_max_lag: r.ready_max_lag.unwrap_or(defaults.ready_max_lag),
             flush_interval: r.flush_interval.map_or(defaults.flush_interval, |d| d.0),
             wal: r.wal,
+            max_parallel_restores: r
+                .max_parallel_restores
+                .unwrap_or(defaults.max_parallel_restores),
         };
         let config = Config {
             kafka,
@@ -203,6 +210,9 @@ impl Config {
         }
         if self.restore.max_uncommitted_bytes == 0 {
             return Err("restore.max_uncommitted_bytes must be greater than 0".into());
+        }
+        if self.restore.max_parallel_restores == 0 {
+            return Err("restore.max_parallel_restores must be at least 1".into());
         }
         let mut names = BTreeSet::new();
         for (i, store) in self.stores.iter().enumerate() {
@@ -360,6 +370,18 @@ stores:
         assert!(e.contains("line"), "{e}");
         let e = Config::parse(&FULL.replace("resume", "maybe"), None).unwrap_err();
         assert!(e.contains("maybe"), "{e}");
+        let with = |line: &str| FULL.replace("  ready_max_lag: 10000", line);
+        assert_eq!(
+            Config::parse(FULL, None)
+                .unwrap()
+                .restore
+                .max_parallel_restores,
+            8
+        );
+        let c = Config::parse(&with("  max_parallel_restores: 2"), None).unwrap();
+        assert_eq!(c.restore.max_parallel_restores, 2);
+        let e = Config::parse(&with("  max_parallel_restores: 0"), None).unwrap_err();
+        assert!(e.contains("restore.max_parallel_restores"), "{e}");
         let no_stores = "kafka: {bootstrap.servers: x}\nstores: []";
         assert!(Config::parse(no_stores, None)
             .unwrap_err()

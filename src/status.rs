@@ -229,6 +229,11 @@ impl Board {
             .unwrap_or_default()
     }
 
+    /// Partitions registered so far, across all stores.
+    pub fn partition_count(&self) -> usize {
+        self.partitions.read().map(|p| p.len()).unwrap_or(1)
+    }
+
     pub fn find(&self, topic: &str, partition: i32) -> Vec<Arc<PartitionStatus>> {
         self.partitions()
             .into_iter()

@@ -234,3 +234,107 @@ fn a_missing_topic_fails_only_its_store() {
         );
     }
 }
+
+/// Regression: a store without a partition list used to count as one partition when
+/// `max_uncommitted_bytes` was split, so each of its partitions buffered the whole budget and a
+/// large changelog sat uncommitted in memory until catch-up.
+#[test]
+fn the_uncommitted_budget_is_split_over_discovered_partitions() {
+    let mut broker = Broker::new();
+    broker.create_topic("budget", 4);
+    let value = vec![b'v'; 200];
+    for p in 0..4 {
+        for i in 0..7500 {
+            broker.send(
+                "budget",
+                p,
+                Some(format!("key-{i:05}").as_bytes()),
+                Some(&value),
+            );
+        }
+    }
+    broker.flush();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = service_config(
+        &broker.bootstrap,
+        dir.path(),
+        vec![store("s", "budget", None)],
+        &[],
+    );
+    // 64 KiB per partition; no commits on time, so only the budget and catch-up commit.
+    config.restore.max_uncommitted_bytes = 256 << 10;
+    config.restore.commit_interval = Duration::from_secs(3600);
+    let rt = runtime();
+    rt.block_on(async {
+        let service = Service::start(&config).await.expect("service starts");
+        let s = &service;
+        tokio::task::block_in_place(|| wait_caught_up(s, 4));
+        for p in service.board.partitions() {
+            let bytes = p.bytes.load(Relaxed);
+            let commits = p.commits.load(Relaxed);
+            let share = 64 << 10;
+            assert!(
+                commits >= bytes / (2 * share),
+                "partition {}: {commits} commits for {bytes} bytes; a 64 KiB share needs about {}",
+                p.partition,
+                bytes / share
+            );
+        }
+        service.stop().await;
+    });
+    for p in 0..4 {
+        assert_eq!(
+            read_store(dir.path(), "s", "budget", p).1,
+            broker.model("budget", p, 0)
+        );
+    }
+}
+
+/// With `max_parallel_restores: 1` the partitions catch up one after another, never two at once,
+/// and every store still ends equal to the changelog.
+#[test]
+fn partitions_take_turns_when_parallel_restores_are_limited() {
+    let mut broker = Broker::new();
+    broker.create_topic("turns", 4);
+    broker.produce_changelog("turns", 4, 40_000, 5);
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = service_config(
+        &broker.bootstrap,
+        dir.path(),
+        vec![store("s", "turns", None)],
+        &[],
+    );
+    config.restore.max_parallel_restores = 1;
+    let rt = runtime();
+    let most_at_once = rt.block_on(async {
+        let service = Service::start(&config).await.expect("service starts");
+        let s = &service;
+        let most = tokio::task::block_in_place(|| {
+            let mut most = 0;
+            wait_until("catch-up", Duration::from_secs(60), || {
+                let partitions = s.board.partitions();
+                // Loading: started (position moved) but not at the end yet.
+                let loading = partitions
+                    .iter()
+                    .filter(|p| {
+                        let position = p.position.load(Relaxed);
+                        position > p.catchup_from.load(Relaxed)
+                            && position < p.end_offset.load(Relaxed)
+                    })
+                    .count();
+                most = most.max(loading);
+                common::all_caught_up(s, 4)
+            });
+            most
+        });
+        service.stop().await;
+        most
+    });
+    assert_eq!(most_at_once, 1, "one partition loads at a time");
+    for p in 0..4 {
+        assert_eq!(
+            read_store(dir.path(), "s", "turns", p).1,
+            broker.model("turns", p, 0)
+        );
+    }
+}

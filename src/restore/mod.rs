@@ -2,6 +2,7 @@
 //! the offset inside the store, rebuilt when dirty, then tailed as a warm standby.
 
 pub mod policy;
+mod slots;
 mod worker;
 
 use std::sync::atomic::AtomicBool;
@@ -39,6 +40,7 @@ impl Engine {
         options.warn_about_ignored_settings();
         let consumer = changelog::create_consumer(&config.kafka, board.clone())?;
         let stop = Arc::new(AtomicBool::new(false));
+        let slots = slots::Slots::new(config.restore.max_parallel_restores);
         let mut threads = Vec::new();
         board.restore_alive.store(true, Relaxed);
 
@@ -53,13 +55,6 @@ impl Engine {
             }
         })?);
 
-        let known_partitions: usize = config
-            .stores
-            .iter()
-            .map(|s| s.partitions.as_ref().map_or(1, Vec::len))
-            .sum();
-        let budget =
-            policy::partition_budget(config.restore.max_uncommitted_bytes, known_partitions);
         for store in &config.stores {
             let setup = StoreSetup {
                 store: store.clone(),
@@ -67,7 +62,7 @@ impl Engine {
                 consumer: consumer.clone(),
                 board: board.clone(),
                 stop: stop.clone(),
-                budget,
+                slots: slots.clone(),
                 options: options.clone(),
             };
             threads.push(spawn(
@@ -131,7 +126,7 @@ struct StoreSetup {
     consumer: Arc<ChangelogConsumer>,
     board: Arc<Board>,
     stop: Arc<AtomicBool>,
-    budget: usize,
+    slots: Arc<slots::Slots>,
     options: StoreOptions,
 }
 
@@ -168,8 +163,8 @@ impl StoreSetup {
                 paths,
                 options: self.options.clone(),
                 restore: self.config.restore.clone(),
-                budget: self.budget,
                 stop: self.stop.clone(),
+                slots: self.slots.clone(),
             };
             match spawn(
                 &format!("{}-{partition}", self.store.name),

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::policy::{self, Pending};
+use super::slots::{Slot, Slots};
 use crate::changelog::{ChangelogConsumer, EngineContext};
 use crate::config::RestoreConfig;
 use crate::dirty::{LogBounds, WipeReason};
@@ -36,9 +37,8 @@ pub struct Worker {
     pub paths: StorePaths,
     pub options: StoreOptions,
     pub restore: RestoreConfig,
-    /// This partition's share of `max_uncommitted_bytes`.
-    pub budget: usize,
     pub stop: Arc<AtomicBool>,
+    pub slots: Arc<Slots>,
 }
 
 /// How a restore attempt ended badly. Kafka trouble leaves the store healthy (it is closed cleanly
@@ -177,7 +177,6 @@ impl Worker {
     fn restore_loop(&self, mut store: Store, bounds: LogBounds) -> Result<(), Failure> {
         let status = &self.status;
         let mut next = store.applied().map_or(bounds.log_start, |a| a + 1);
-        let mut assignment = Assignment::new(&self.consumer, &self.tp, next)?;
         // Offset of the last record taken from the log (applied or skipped), committed or not.
         let mut last_taken = store.applied();
         let mut last_commit = Instant::now();
@@ -190,9 +189,19 @@ impl Worker {
         status.catchup_from.store(next, Relaxed);
         status.catchup_target.store(bounds.high_watermark, Relaxed);
         status.set_state(PartitionState::Restoring, None);
+        let Some(mut slot) = self.slot_if_behind(next, bounds.high_watermark) else {
+            return self.finish(store, last_taken);
+        };
+        let mut assignment = Assignment::new(&self.consumer, &self.tp, next)?;
 
         while !self.stop.load(Relaxed) {
-            let batch = self.take_batch(&mut store, &mut next, &mut last_taken);
+            // This partition's share of `max_uncommitted_bytes`, over the partitions known now: a
+            // store without a partition list only learns its count from the broker.
+            let budget = policy::partition_budget(
+                self.restore.max_uncommitted_bytes,
+                self.board.partition_count(),
+            );
+            let batch = self.take_batch(&mut store, &mut next, &mut last_taken, budget);
             if let Some(message) = batch.kafka_failure {
                 drop(assignment);
                 self.finish(store, last_taken)?;
@@ -220,6 +229,12 @@ impl Worker {
                 status.catchup_from.store(next, Relaxed);
                 status.catchup_target.store(bounds.high_watermark, Relaxed);
                 status.set_state(PartitionState::Restoring, None);
+                if slot.is_none() {
+                    let Some(acquired) = self.slot_if_behind(next, bounds.high_watermark) else {
+                        return self.finish(store, last_taken);
+                    };
+                    slot = acquired;
+                }
                 assignment = Assignment::new(&self.consumer, &self.tp, next)?;
                 continue;
             }
@@ -243,7 +258,7 @@ impl Worker {
                 just_caught_up: caught_up && !was_caught_up,
             };
             if let (Some(_), Some(offset)) = (
-                policy::commit_due(pending, self.restore.commit_interval, self.budget),
+                policy::commit_due(pending, self.restore.commit_interval, budget),
                 last_taken,
             ) {
                 let started = Instant::now();
@@ -308,11 +323,25 @@ impl Worker {
                     status.set_state(state, None);
                 }
             }
+            if caught_up {
+                // Tailing needs no slot: the next partition waiting to catch up takes it (after
+                // the status above says this one is done).
+                slot = None;
+            }
             was_caught_up = caught_up;
         }
 
         drop(assignment);
         self.finish(store, last_taken)
+    }
+
+    /// A catch-up slot when the partition is behind, waiting its turn; `Some(None)` when it is
+    /// already caught up, `None` when stopped while waiting.
+    fn slot_if_behind(&self, next: i64, end: i64) -> Option<Option<Slot>> {
+        if policy::caught_up(next, end) {
+            return Some(None);
+        }
+        self.slots.acquire(&self.stop).map(Some)
     }
 
     /// Clean close: commit everything taken, flush, `status` 0.
@@ -333,7 +362,13 @@ impl Worker {
 
     /// Drains up to one batch from the partition queue into the store's uncommitted buffer. The
     /// per-record path does no allocation, logging or metric update.
-    fn take_batch(&self, store: &mut Store, next: &mut i64, last_taken: &mut Option<i64>) -> Batch {
+    fn take_batch(
+        &self,
+        store: &mut Store,
+        next: &mut i64,
+        last_taken: &mut Option<i64>,
+        budget: usize,
+    ) -> Batch {
         let mut batch = Batch::default();
         let mut message = self.queue.poll(POLL_TIMEOUT);
         while let Some(result) = message {
@@ -385,9 +420,7 @@ impl Worker {
                         partition = self.tp.partition, error = %other, "consumer error");
                 }
             }
-            if batch.records as usize >= MAX_BATCH_RECORDS
-                || store.uncommitted_bytes() >= self.budget
-            {
+            if batch.records as usize >= MAX_BATCH_RECORDS || store.uncommitted_bytes() >= budget {
                 break;
             }
             message = self.queue.poll(Duration::ZERO);
