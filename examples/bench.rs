@@ -3,12 +3,13 @@
 //! (b) the write limit: RocksDB loading the same records as WriteBatches with WAL off,
 //! (c) warmstore from empty to caught up: records/s, CPU seconds per million records, peak RSS,
 //! (d) warmstore resuming after a clean stop with 10% new records,
+//! (e) the peer, Quix Streams' recovery (`bench/quix_peer.py`) on a copy of the same changelog,
 //! and, with `--rss-records N`, (c) again on a changelog of N records for the memory comparison.
 //! The broker is the mock cluster hosted by the `mock_broker` example in its own process, so its CPU
 //! is not counted as warmstore's.
 //!
 //! usage: cargo run --release --example bench -- [--records N] [--partitions P] [--value-size B]
-//!        [--rss-records N] [--kafka key=value ...]
+//!        [--rss-records N] [--kafka key=value ...] [--no-peer]
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
@@ -324,6 +325,15 @@ fn main() {
         c.cpu_seconds / (c.records as f64 / 1e6),
         mib(c.peak_rss)
     );
+    let e_rate = if args.iter().any(|a| a == "--no-peer") {
+        println!("(e) peer: skipped (--no-peer)");
+        None
+    } else {
+        let (e_records, e_secs) = quix_peer(&mut broker, &work.join("quix"), partitions);
+        let rate = e_records as f64 / e_secs;
+        println!("(e) peer, Quix Streams recovery: {e_records} records in {e_secs:.2} s = {rate:.0} records/s");
+        Some(rate)
+    };
     broker.command(&format!("produce {}", records / 10));
     let d = warmstore_run(&broker.bootstrap, &work.join("state"), partitions, &kafka);
     println!(
@@ -332,6 +342,9 @@ fn main() {
     );
     drop(broker);
     println!("ratio c / min(a, b): {:.2}", c_rate / a_rate.min(b_rate));
+    if let Some(e_rate) = e_rate {
+        println!("ratio c / e: {:.1}", c_rate / e_rate);
+    }
 
     if rss_records > 0 {
         let broker = Broker::start(rss_records, partitions, value_size);
@@ -349,6 +362,42 @@ fn main() {
         );
     }
     let _ = std::fs::remove_dir_all(&work);
+}
+
+/// (e): `bench/quix_peer.py` copies the changelog into a topic of its own with Quix's header
+/// (untimed), then times Quix's recovery; returns (records, seconds).
+fn quix_peer(broker: &mut Broker, state_dir: &Path, partitions: u64) -> (u64, f64) {
+    const QUIX_TOPIC: &str = "bench-changelog-quix";
+    broker.command(&format!("create {QUIX_TOPIC} {partitions}"));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/quix_peer.py");
+    let output = Command::new("python3")
+        .env("PYTHONWARNINGS", "ignore")
+        .arg(&script)
+        .args(["--bootstrap", &broker.bootstrap, "--topic", TOPIC])
+        .args([
+            "--quix-topic",
+            QUIX_TOPIC,
+            "--partitions",
+            &partitions.to_string(),
+        ])
+        .arg("--state-dir")
+        .arg(state_dir)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("python3 runs bench/quix_peer.py (pip install quixstreams)");
+    assert!(output.status.success(), "the Quix peer failed");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    let field = |name: &str| {
+        last.split_whitespace()
+            .find_map(|w| w.strip_prefix(name))
+            .unwrap_or_else(|| panic!("no {name} in the peer's output: {last}"))
+            .to_string()
+    };
+    (
+        field("records=").parse().unwrap(),
+        field("seconds=").parse().unwrap(),
+    )
 }
 
 fn num_cpus() -> usize {

@@ -6,7 +6,8 @@
 //!
 //! Prints `bootstrap=HOST:PORT`, then `ready` once the records are in. Then reads commands from
 //! stdin, answering `ok` or `error: ...`: `produce N` (N more records of the same changelog),
-//! `down`, `up`, `rtt MS`, `watermarks` (prints `P LOW HIGH` per partition). Exits on EOF.
+//! `create TOPIC PARTITIONS`, `down`, `up`, `rtt MS`, `watermarks` (prints `P LOW HIGH` per
+//! partition). Exits on EOF.
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -123,6 +124,12 @@ fn main() {
                 .parse()
                 .map_err(|_| "produce N".to_string())
                 .and_then(|n| changelog.produce(&producer, n)),
+            // The mock cluster answers CreateTopics requests with a timeout, so clients that need
+            // a topic of their own (the Quix peer) have it created here.
+            ["create", topic, n] => n
+                .parse()
+                .map_err(|_| "create TOPIC PARTITIONS".to_string())
+                .and_then(|n| mock.create_topic(topic, n, 1).map_err(|e| e.to_string())),
             ["down"] => mock.broker_down(1).map_err(|e| e.to_string()),
             ["up"] => mock.broker_up(1).map_err(|e| e.to_string()),
             ["rtt", ms] => ms.parse().map_err(|_| "rtt MS".to_string()).and_then(|ms| {

@@ -33,7 +33,9 @@ fn the_harness_produces_every_figure() {
         "(c) warmstore empty to caught up: 20000 records",
         "CPU s per million records",
         "(d) warmstore resume with 10% new records: 2000 records",
+        "(e) peer, Quix Streams recovery: 20000 records",
         "ratio c / min(a, b):",
+        "ratio c / e:",
         "(c) at 5000 records: peak RSS",
     ] {
         assert!(stdout.contains(figure), "missing `{figure}` in:\n{stdout}");
