@@ -32,14 +32,22 @@ pub struct Broker {
 
 impl Broker {
     pub fn new() -> Broker {
+        Broker::with_producer(&[])
+    }
+
+    /// A broker whose test producer has extra librdkafka properties (compression, say).
+    pub fn with_producer(properties: &[(&str, &str)]) -> Broker {
         let mock = MockCluster::new(1).expect("mock cluster starts");
         let bootstrap = mock.bootstrap_servers();
-        let producer = ClientConfig::new()
+        let mut config = ClientConfig::new();
+        config
             .set("bootstrap.servers", &bootstrap)
             .set("linger.ms", "5")
-            .set("message.max.bytes", "10000000")
-            .create()
-            .expect("producer");
+            .set("message.max.bytes", "10000000");
+        for (key, value) in properties {
+            config.set(*key, *value);
+        }
+        let producer = config.create().expect("producer");
         Broker {
             mock,
             bootstrap,
