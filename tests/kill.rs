@@ -127,12 +127,13 @@ fn sigkill_during_restore_and_tailing_loses_nothing() {
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let stores = format!("  - name: s\n    changelog: {TOPIC}\n");
+    // Two loaders for three partitions: kills also land while a partition waits its turn.
     let config = write_config(
         dir.path(),
         &broker.bootstrap,
         &addr,
         &stores,
-        "  ready_max_lag: 0\n",
+        "  ready_max_lag: 0\n  max_parallel_restores: 2\n",
     );
     let log_file = dir.path().join("warmstore.log");
 
