@@ -34,6 +34,7 @@ const FAMILIES: &[(&str, &str, MetricType, Option<&str>)] = &[
     ("warmstore_commits_total", "Store commits", MetricType::COUNTER, None),
     ("warmstore_store_estimated_keys", "RocksDB's estimate of the keys in the store", MetricType::GAUGE, None),
     ("warmstore_store_disk_bytes", "Bytes of the store directory on disk", MetricType::GAUGE, None),
+    ("warmstore_restore_waiting", "1 while the partition is behind but waits for its turn to catch up (max_parallel_restores)", MetricType::GAUGE, None),
 ];
 
 /// Turns the board into metric families at scrape time.
@@ -132,6 +133,11 @@ fn partition_values(p: &PartitionStatus, now_ms: i64) -> Vec<Sample> {
     for (name, value) in plain {
         out.push((name, None, value.load(Relaxed) as f64));
     }
+    out.push((
+        "warmstore_restore_waiting",
+        None,
+        f64::from(u8::from(p.waiting.load(Relaxed))),
+    ));
     for s in PartitionState::ALL {
         out.push((
             "warmstore_store_state",

@@ -73,6 +73,8 @@ pub struct PartitionStatus {
     /// Timestamp (ms) of the last record taken from the log; -1 before the first. While lagging,
     /// the oldest record not yet applied is at least this old, which estimates `restore_lag_seconds`.
     pub last_record_ts_ms: AtomicI64,
+    /// Behind, but waiting for its turn (`max_parallel_restores`): no progress is expected yet.
+    pub waiting: AtomicBool,
     /// Commit latency, labelled like the other per-partition metrics.
     pub commit_seconds: prometheus::Histogram,
     pub estimated_keys: AtomicU64,
@@ -102,6 +104,7 @@ impl PartitionStatus {
             wipes: Default::default(),
             rate_bits: AtomicU64::new(0f64.to_bits()),
             last_record_ts_ms: AtomicI64::new(-1),
+            waiting: AtomicBool::new(false),
             commit_seconds: commit_histogram(store, topic, partition),
             estimated_keys: AtomicU64::new(0),
             disk_bytes: AtomicU64::new(0),
@@ -163,6 +166,7 @@ impl PartitionStatus {
             end_offset: opt(self.end_offset.load(Relaxed)),
             log_start_offset: opt(self.log_start.load(Relaxed)),
             lag: self.lag(),
+            waiting: self.waiting.load(Relaxed),
             records: self.records.load(Relaxed),
             bytes: self.bytes.load(Relaxed),
             wipes: WipeReason::ALL.iter().map(|r| self.wipes(*r)).sum(),
@@ -196,6 +200,8 @@ pub struct PartitionSnapshot {
     pub end_offset: Option<i64>,
     pub log_start_offset: Option<i64>,
     pub lag: Option<i64>,
+    /// Waiting for its turn to catch up (`max_parallel_restores`).
+    pub waiting: bool,
     pub records: u64,
     pub bytes: u64,
     pub wipes: u64,
@@ -297,6 +303,9 @@ pub fn not_ready_reason(snapshot: &PartitionSnapshot, ready_max_lag: u64) -> Opt
         }
         PartitionState::Restoring | PartitionState::CaughtUp => match snapshot.lag {
             None => Some("restoring: end offset not known yet".into()),
+            Some(lag) if snapshot.waiting && lag as u64 > ready_max_lag => Some(format!(
+                "waiting for its turn (max_parallel_restores): lag {lag} records"
+            )),
             Some(lag) if lag as u64 > ready_max_lag => Some(format!(
                 "restoring: lag {lag} records (ready at {ready_max_lag} or fewer)"
             )),
@@ -375,6 +384,13 @@ mod tests {
         assert!(r.contains("broker down"), "{r}");
         assert!(not_ready_reason(&snapshot(PartitionState::Wiping, Some(0)), 10).is_some());
         assert!(not_ready_reason(&snapshot(PartitionState::Restoring, None), 10).is_some());
+        let mut waiting = snapshot(PartitionState::Restoring, Some(11));
+        waiting.waiting = true;
+        let r = not_ready_reason(&waiting, 10).unwrap();
+        assert!(
+            r.contains("waiting for its turn") && r.contains("lag 11"),
+            "{r}"
+        );
     }
 
     #[test]

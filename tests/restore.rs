@@ -306,13 +306,16 @@ fn partitions_take_turns_when_parallel_restores_are_limited() {
     );
     config.restore.max_parallel_restores = 1;
     let rt = runtime();
-    let most_at_once = rt.block_on(async {
+    let (most_at_once, saw_waiting) = rt.block_on(async {
         let service = Service::start(&config).await.expect("service starts");
         let s = &service;
-        let most = tokio::task::block_in_place(|| {
+        let seen = tokio::task::block_in_place(|| {
             let mut most = 0;
+            let mut saw_waiting = false;
             wait_until("catch-up", Duration::from_secs(60), || {
                 let partitions = s.board.partitions();
+                // The ones waiting say so (in /stores, /readyz and warmstore_restore_waiting).
+                saw_waiting |= partitions.iter().any(|p| p.waiting.load(Relaxed));
                 // Loading: started (position moved) but not at the end yet.
                 let loading = partitions
                     .iter()
@@ -325,12 +328,20 @@ fn partitions_take_turns_when_parallel_restores_are_limited() {
                 most = most.max(loading);
                 common::all_caught_up(s, 4)
             });
-            most
+            (most, saw_waiting)
         });
+        assert!(
+            s.board
+                .partitions()
+                .iter()
+                .all(|p| !p.waiting.load(Relaxed)),
+            "nobody waits once all are caught up"
+        );
         service.stop().await;
-        most
+        seen
     });
     assert_eq!(most_at_once, 1, "one partition loads at a time");
+    assert!(saw_waiting, "three partitions waited for their turn");
     for p in 0..4 {
         assert_eq!(
             read_store(dir.path(), "s", "turns", p).1,

@@ -341,7 +341,10 @@ impl Worker {
         if policy::caught_up(next, end) {
             return Some(None);
         }
-        self.slots.acquire(&self.stop).map(Some)
+        self.status.waiting.store(true, Relaxed);
+        let slot = self.slots.acquire(&self.stop);
+        self.status.waiting.store(false, Relaxed);
+        slot.map(Some)
     }
 
     /// Clean close: commit everything taken, flush, `status` 0.
