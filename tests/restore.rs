@@ -349,3 +349,47 @@ fn partitions_take_turns_when_parallel_restores_are_limited() {
         );
     }
 }
+
+/// A partition already within `ready_max_lag` is warm by the user's measure: topping it up does not
+/// wait for a turn, however few turns there are.
+#[test]
+fn partitions_within_ready_max_lag_need_no_turn() {
+    let mut broker = Broker::new();
+    broker.create_topic("topup", 4);
+    broker.produce_changelog("topup", 4, 5_000, 6);
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = service_config(
+        &broker.bootstrap,
+        dir.path(),
+        vec![store("s", "topup", None)],
+        &[],
+    );
+    config.restore.max_parallel_restores = 1;
+    config.restore.ready_max_lag = 100_000;
+    let rt = runtime();
+    let saw_waiting = rt.block_on(async {
+        let service = Service::start(&config).await.expect("service starts");
+        let s = &service;
+        let saw = tokio::task::block_in_place(|| {
+            let mut saw_waiting = false;
+            wait_until("catch-up", Duration::from_secs(60), || {
+                let partitions = s.board.partitions();
+                saw_waiting |= partitions.iter().any(|p| p.waiting.load(Relaxed));
+                partitions.len() == 4
+                    && partitions
+                        .iter()
+                        .all(|p| p.lag() == Some(0) && p.state() == PartitionState::CaughtUp)
+            });
+            saw_waiting
+        });
+        service.stop().await;
+        saw
+    });
+    assert!(!saw_waiting, "no partition waited for a turn");
+    for p in 0..4 {
+        assert_eq!(
+            read_store(dir.path(), "s", "topup", p).1,
+            broker.model("topup", p, 0)
+        );
+    }
+}

@@ -15,6 +15,13 @@ pub fn lag(position: i64, end_offset: i64) -> i64 {
     end_offset.saturating_sub(position).max(0)
 }
 
+/// Whether a partition must wait for a turn (`max_parallel_restores`) before catching up. Turns
+/// bound the memory of long catch-ups; a partition already within `ready_max_lag` is warm by the
+/// user's own measure, and topping it up must not wait hours behind other partitions' rebuilds.
+pub fn needs_turn(position: i64, end_offset: i64, ready_max_lag: u64) -> bool {
+    lag(position, end_offset) as u64 > ready_max_lag
+}
+
 /// Why a commit is due now; `None` when it is not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommitReason {
@@ -102,6 +109,15 @@ pub fn eta_seconds(lag: i64, rate: f64) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_catch_up_beyond_ready_max_lag_waits_for_a_turn() {
+        assert!(!needs_turn(100, 100, 0), "caught up");
+        assert!(needs_turn(99, 100, 0), "behind, and ready only at lag 0");
+        assert!(!needs_turn(90_000, 100_000, 10_000), "within ready_max_lag");
+        assert!(needs_turn(89_999, 100_000, 10_000));
+        assert!(!needs_turn(200, 100, 0), "ahead of a stale end offset");
+    }
 
     #[test]
     fn caught_up_is_position_against_end_offset_never_last_record() {

@@ -335,10 +335,10 @@ impl Worker {
         self.finish(store, last_taken)
     }
 
-    /// A catch-up slot when the partition is behind, waiting its turn; `Some(None)` when it is
-    /// already caught up, `None` when stopped while waiting.
+    /// A catch-up slot when the partition is further behind than `ready_max_lag`, waiting its
+    /// turn; `Some(None)` when it needs none, `None` when stopped while waiting.
     fn slot_if_behind(&self, next: i64, end: i64) -> Option<Option<Slot>> {
-        if policy::caught_up(next, end) {
+        if !policy::needs_turn(next, end, self.restore.ready_max_lag) {
             return Some(None);
         }
         self.status.waiting.store(true, Relaxed);
