@@ -290,33 +290,42 @@ fn the_uncommitted_budget_is_split_over_discovered_partitions() {
     }
 }
 
-/// With `max_parallel_restores: 1` the partitions catch up one after another, never two at once,
-/// and every store still ends equal to the changelog.
-#[test]
-fn partitions_take_turns_when_parallel_restores_are_limited() {
+/// What a restore with a single turn (`max_parallel_restores: 1`) looked like while it ran.
+struct Turns {
+    /// Most partitions seen loading (started, not at the end) at one moment.
+    most_loading: usize,
+    saw_waiting: bool,
+    waiting_after_catch_up: bool,
+}
+
+/// Restores 4 partitions of `records` records each with one turn, sampling the board until all are
+/// caught up, and checks every store against the changelog.
+fn restore_with_one_turn(topic: &str, records: usize, ready_max_lag: u64) -> Turns {
     let mut broker = Broker::new();
-    broker.create_topic("turns", 4);
-    broker.produce_changelog("turns", 4, 40_000, 5);
+    broker.create_topic(topic, 4);
+    broker.produce_changelog(topic, 4, records, 5);
     let dir = tempfile::tempdir().unwrap();
     let mut config = service_config(
         &broker.bootstrap,
         dir.path(),
-        vec![store("s", "turns", None)],
+        vec![store("s", topic, None)],
         &[],
     );
     config.restore.max_parallel_restores = 1;
-    let rt = runtime();
-    let (most_at_once, saw_waiting) = rt.block_on(async {
+    config.restore.ready_max_lag = ready_max_lag;
+    let turns = runtime().block_on(async {
         let service = Service::start(&config).await.expect("service starts");
         let s = &service;
-        let seen = tokio::task::block_in_place(|| {
-            let mut most = 0;
-            let mut saw_waiting = false;
+        let turns = tokio::task::block_in_place(|| {
+            let mut turns = Turns {
+                most_loading: 0,
+                saw_waiting: false,
+                waiting_after_catch_up: false,
+            };
             wait_until("catch-up", Duration::from_secs(60), || {
                 let partitions = s.board.partitions();
                 // The ones waiting say so (in /stores, /readyz and warmstore_restore_waiting).
-                saw_waiting |= partitions.iter().any(|p| p.waiting.load(Relaxed));
-                // Loading: started (position moved) but not at the end yet.
+                turns.saw_waiting |= partitions.iter().any(|p| p.waiting.load(Relaxed));
                 let loading = partitions
                     .iter()
                     .filter(|p| {
@@ -325,71 +334,42 @@ fn partitions_take_turns_when_parallel_restores_are_limited() {
                             && position < p.end_offset.load(Relaxed)
                     })
                     .count();
-                most = most.max(loading);
+                turns.most_loading = turns.most_loading.max(loading);
                 common::all_caught_up(s, 4)
             });
-            (most, saw_waiting)
+            turns.waiting_after_catch_up =
+                s.board.partitions().iter().any(|p| p.waiting.load(Relaxed));
+            turns
         });
-        assert!(
-            s.board
-                .partitions()
-                .iter()
-                .all(|p| !p.waiting.load(Relaxed)),
-            "nobody waits once all are caught up"
-        );
         service.stop().await;
-        seen
+        turns
     });
-    assert_eq!(most_at_once, 1, "one partition loads at a time");
-    assert!(saw_waiting, "three partitions waited for their turn");
     for p in 0..4 {
         assert_eq!(
-            read_store(dir.path(), "s", "turns", p).1,
-            broker.model("turns", p, 0)
+            read_store(dir.path(), "s", topic, p).1,
+            broker.model(topic, p, 0)
         );
     }
+    turns
+}
+
+/// With `max_parallel_restores: 1` the partitions catch up one after another, never two at once,
+/// and every store still ends equal to the changelog.
+#[test]
+fn partitions_take_turns_when_parallel_restores_are_limited() {
+    let turns = restore_with_one_turn("turns", 40_000, 0);
+    assert_eq!(turns.most_loading, 1, "one partition loads at a time");
+    assert!(turns.saw_waiting, "three partitions waited for their turn");
+    assert!(
+        !turns.waiting_after_catch_up,
+        "nobody waits once all are caught up"
+    );
 }
 
 /// A partition already within `ready_max_lag` is warm by the user's measure: topping it up does not
 /// wait for a turn, however few turns there are.
 #[test]
 fn partitions_within_ready_max_lag_need_no_turn() {
-    let mut broker = Broker::new();
-    broker.create_topic("topup", 4);
-    broker.produce_changelog("topup", 4, 5_000, 6);
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = service_config(
-        &broker.bootstrap,
-        dir.path(),
-        vec![store("s", "topup", None)],
-        &[],
-    );
-    config.restore.max_parallel_restores = 1;
-    config.restore.ready_max_lag = 100_000;
-    let rt = runtime();
-    let saw_waiting = rt.block_on(async {
-        let service = Service::start(&config).await.expect("service starts");
-        let s = &service;
-        let saw = tokio::task::block_in_place(|| {
-            let mut saw_waiting = false;
-            wait_until("catch-up", Duration::from_secs(60), || {
-                let partitions = s.board.partitions();
-                saw_waiting |= partitions.iter().any(|p| p.waiting.load(Relaxed));
-                partitions.len() == 4
-                    && partitions
-                        .iter()
-                        .all(|p| p.lag() == Some(0) && p.state() == PartitionState::CaughtUp)
-            });
-            saw_waiting
-        });
-        service.stop().await;
-        saw
-    });
-    assert!(!saw_waiting, "no partition waited for a turn");
-    for p in 0..4 {
-        assert_eq!(
-            read_store(dir.path(), "s", "topup", p).1,
-            broker.model("topup", p, 0)
-        );
-    }
+    let turns = restore_with_one_turn("topup", 5_000, 100_000);
+    assert!(!turns.saw_waiting, "no partition waited for a turn");
 }
