@@ -58,7 +58,6 @@ def copy_changelog(bootstrap, source, target, partitions):
             ends[p] = high
     reader.assign([TopicPartition(source, p, 0) for p in ends])
     header = [(CHANGELOG_CF_MESSAGE_HEADER, STORE.encode())]
-    copied = 0
     while ends:
         for m in reader.consume(10000, timeout=1):
             if m.error():
@@ -66,13 +65,11 @@ def copy_changelog(bootstrap, source, target, partitions):
             writer.produce(
                 target, key=m.key(), value=m.value(), partition=m.partition(), headers=header
             )
-            copied += 1
             if m.offset() + 1 >= ends.get(m.partition(), 0):
                 ends.pop(m.partition(), None)
             writer.poll(0)
     writer.flush(60)
     reader.close()
-    return copied
 
 
 def main():

@@ -1,7 +1,8 @@
-//! A process-wide limit on how many partitions catch up at once. Every partition that is loading
-//! holds a prefetch queue, an uncommitted buffer and a growing memtable; with hundreds of partitions
-//! loading together, those add up with the size of the changelog. With a fixed number of loaders
-//! the peak stays flat, and on a few cores the total time is the same. Tailing needs no slot.
+//! Turns: a process-wide limit on how many partitions catch up at once (`max_parallel_restores`),
+//! one slot per turn. Every partition that is loading holds a prefetch queue, an uncommitted buffer
+//! and a growing memtable; with hundreds loading together those add up to hundreds of MiB. With a
+//! fixed number of loaders the peak is bounded by the loaders, not the partition count, and on a
+//! few cores the total time is the same. Who needs a turn is `policy::needs_turn`.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;

@@ -189,7 +189,7 @@ impl Worker {
         status.catchup_from.store(next, Relaxed);
         status.catchup_target.store(bounds.high_watermark, Relaxed);
         status.set_state(PartitionState::Restoring, None);
-        let Some(mut slot) = self.slot_if_behind(next, bounds.high_watermark) else {
+        let Some(mut slot) = self.turn_if_needed(next, bounds.high_watermark) else {
             return self.finish(store, last_taken);
         };
         let mut assignment = Assignment::new(&self.consumer, &self.tp, next)?;
@@ -230,7 +230,7 @@ impl Worker {
                 status.catchup_target.store(bounds.high_watermark, Relaxed);
                 status.set_state(PartitionState::Restoring, None);
                 if slot.is_none() {
-                    let Some(acquired) = self.slot_if_behind(next, bounds.high_watermark) else {
+                    let Some(acquired) = self.turn_if_needed(next, bounds.high_watermark) else {
                         return self.finish(store, last_taken);
                     };
                     slot = acquired;
@@ -335,9 +335,10 @@ impl Worker {
         self.finish(store, last_taken)
     }
 
-    /// A catch-up slot when the partition is further behind than `ready_max_lag`, waiting its
-    /// turn; `Some(None)` when it needs none, `None` when stopped while waiting.
-    fn slot_if_behind(&self, next: i64, end: i64) -> Option<Option<Slot>> {
+    /// Waits for a turn to catch up when the partition is further behind than `ready_max_lag`
+    /// (`policy::needs_turn`). `Some(Some(slot))`: the turn, held until caught up; `Some(None)`: no
+    /// turn needed; `None`: stopped while waiting.
+    fn turn_if_needed(&self, next: i64, end: i64) -> Option<Option<Slot>> {
         if !policy::needs_turn(next, end, self.restore.ready_max_lag) {
             return Some(None);
         }
