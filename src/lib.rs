@@ -12,6 +12,7 @@ pub mod dirty;
 pub mod http;
 pub mod inspect;
 pub mod logging;
+pub mod memory;
 pub mod metrics;
 pub mod restore;
 pub mod service;

@@ -86,28 +86,8 @@ fn demo(args: DemoArgs) -> ExitCode {
     }
 }
 
-/// glibc gives threads their own malloc arenas (up to 8 per core). With a thread per store
-/// partition, memory freed by memtables and write batches then stays resident in many arenas; two
-/// arenas measured 60-120 MiB lower peaks (BENCHMARKS.md). A fixed mmap threshold saved another
-/// 20 MiB but cost 15-20% more CPU in page faults, so glibc keeps its own. Set before any thread
-/// starts. A user's own malloc settings win.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn tune_malloc() {
-    if std::env::var_os("GLIBC_TUNABLES").is_none()
-        && std::env::var_os("MALLOC_ARENA_MAX").is_none()
-    {
-        // SAFETY: mallopt only changes allocator parameters; no other thread exists yet.
-        unsafe {
-            libc::mallopt(libc::M_ARENA_MAX, 2);
-        }
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn tune_malloc() {}
-
 fn main() -> ExitCode {
-    tune_malloc();
+    warmstore::memory::tune();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
