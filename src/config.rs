@@ -128,7 +128,7 @@ impl Default for RestoreConfig {
             ready_max_lag: 10_000,
             flush_interval: Duration::from_secs(60),
             wal: false,
-            max_parallel_restores: 8,
+            max_parallel_restores: 4,
         }
     }
 }
@@ -376,7 +376,7 @@ stores:
                 .unwrap()
                 .restore
                 .max_parallel_restores,
-            8
+            4
         );
         let c = Config::parse(&with("  max_parallel_restores: 2"), None).unwrap();
         assert_eq!(c.restore.max_parallel_restores, 2);

@@ -75,6 +75,8 @@ pub struct PartitionStatus {
     pub last_record_ts_ms: AtomicI64,
     /// Behind, but waiting for its turn (`max_parallel_restores`): no progress is expected yet.
     pub waiting: AtomicBool,
+    /// Fetched by the loading consumer (it holds a turn), not the tailing one.
+    pub loading: AtomicBool,
     /// Commit latency, labelled like the other per-partition metrics.
     pub commit_seconds: prometheus::Histogram,
     pub estimated_keys: AtomicU64,
@@ -105,6 +107,7 @@ impl PartitionStatus {
             rate_bits: AtomicU64::new(0f64.to_bits()),
             last_record_ts_ms: AtomicI64::new(-1),
             waiting: AtomicBool::new(false),
+            loading: AtomicBool::new(false),
             commit_seconds: commit_histogram(store, topic, partition),
             estimated_keys: AtomicU64::new(0),
             disk_bytes: AtomicU64::new(0),

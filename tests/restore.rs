@@ -296,10 +296,14 @@ struct Turns {
     most_loading: usize,
     saw_waiting: bool,
     waiting_after_catch_up: bool,
+    /// Partitions still fetched by the loading consumer once all were caught up.
+    loading_after_catch_up: usize,
 }
 
 /// Restores 4 partitions of `records` records each with one turn, sampling the board until all are
-/// caught up, and checks every store against the changelog.
+/// caught up, then produces more and waits until every store has applied it (a partition done with
+/// its turn moves to the tailing consumer, which must keep it warm), and checks every store
+/// against the changelog.
 fn restore_with_one_turn(topic: &str, records: usize, ready_max_lag: u64) -> Turns {
     let mut broker = Broker::new();
     broker.create_topic(topic, 4);
@@ -321,6 +325,7 @@ fn restore_with_one_turn(topic: &str, records: usize, ready_max_lag: u64) -> Tur
                 most_loading: 0,
                 saw_waiting: false,
                 waiting_after_catch_up: false,
+                loading_after_catch_up: 0,
             };
             wait_until("catch-up", Duration::from_secs(60), || {
                 let partitions = s.board.partitions();
@@ -339,6 +344,20 @@ fn restore_with_one_turn(topic: &str, records: usize, ready_max_lag: u64) -> Tur
             });
             turns.waiting_after_catch_up =
                 s.board.partitions().iter().any(|p| p.waiting.load(Relaxed));
+            turns.loading_after_catch_up = s
+                .board
+                .partitions()
+                .iter()
+                .filter(|p| p.loading.load(Relaxed))
+                .count();
+            broker.produce_changelog(topic, 4, 400, 6);
+            let ends: Vec<i64> = (0..4).map(|p| broker.watermarks(topic, p).1).collect();
+            wait_until("tailing", Duration::from_secs(30), || {
+                s.board
+                    .partitions()
+                    .iter()
+                    .all(|p| p.applied.load(Relaxed) + 1 == ends[p.partition as usize])
+            });
             turns
         });
         service.stop().await;
@@ -363,6 +382,10 @@ fn partitions_take_turns_when_parallel_restores_are_limited() {
     assert!(
         !turns.waiting_after_catch_up,
         "nobody waits once all are caught up"
+    );
+    assert_eq!(
+        turns.loading_after_catch_up, 0,
+        "caught-up partitions are tailed by the tailing consumer"
     );
 }
 

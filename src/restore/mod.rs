@@ -15,7 +15,7 @@ use crate::changelog::{self, ChangelogConsumer};
 use crate::config::{Config, StoreConfig};
 use crate::status::{Board, PartitionStatus};
 use crate::store::{StoreOptions, StorePaths, TopicPartition};
-use worker::Worker;
+use worker::{Lane, Worker};
 
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -38,28 +38,31 @@ impl Engine {
     pub fn start(config: &Config, board: Arc<Board>) -> Result<Engine, EngineError> {
         let options = config.store_options();
         options.warn_about_ignored_settings();
-        let consumer = changelog::create_consumer(&config.kafka, board.clone())?;
+        let (tailing, loading) = changelog::create_consumers(&config.kafka, board.clone())?;
         let stop = Arc::new(AtomicBool::new(false));
         let slots = slots::Slots::new(config.restore.max_parallel_restores);
         let mut threads = Vec::new();
         board.restore_alive.store(true, Relaxed);
 
-        // The main queue must be polled to serve statistics and error callbacks; records arrive on
-        // the per-partition queues instead.
-        let (c, s) = (consumer.clone(), stop.clone());
-        threads.push(spawn("kafka-poll", &board, move || {
-            while !s.load(Relaxed) {
-                if let Some(Err(e)) = c.poll(Duration::from_millis(100)) {
-                    tracing::warn!(error = %e, "consumer error");
+        // The main queues must be polled to serve statistics and error callbacks; records arrive
+        // on the per-partition queues instead.
+        for (name, consumer) in [("kafka-poll", &tailing), ("kafka-poll-load", &loading)] {
+            let (c, s) = (consumer.clone(), stop.clone());
+            threads.push(spawn(name, &board, move || {
+                while !s.load(Relaxed) {
+                    if let Some(Err(e)) = c.poll(Duration::from_millis(100)) {
+                        tracing::warn!(error = %e, "consumer error");
+                    }
                 }
-            }
-        })?);
+            })?);
+        }
 
         for store in &config.stores {
             let setup = StoreSetup {
                 store: store.clone(),
                 config: config.clone(),
-                consumer: consumer.clone(),
+                tailing: tailing.clone(),
+                loading: loading.clone(),
                 board: board.clone(),
                 stop: stop.clone(),
                 slots: slots.clone(),
@@ -123,7 +126,8 @@ fn spawn(
 struct StoreSetup {
     store: StoreConfig,
     config: Config,
-    consumer: Arc<ChangelogConsumer>,
+    tailing: Arc<ChangelogConsumer>,
+    loading: Arc<ChangelogConsumer>,
     board: Arc<Board>,
     stop: Arc<AtomicBool>,
     slots: Arc<slots::Slots>,
@@ -146,8 +150,15 @@ impl StoreSetup {
                 paths.db.clone(),
             ));
             self.board.add(status.clone());
-            // Split before assigning, so no record of this partition reaches the main queue.
-            let Some(queue) = self.consumer.split_partition_queue(&tp.topic, partition) else {
+            // Split before assigning, so no record of this partition reaches a main queue.
+            let lane = |consumer: &Arc<ChangelogConsumer>| {
+                let queue = consumer.split_partition_queue(&tp.topic, partition)?;
+                Some(Lane {
+                    consumer: consumer.clone(),
+                    queue,
+                })
+            };
+            let (Some(tailing), Some(loading)) = (lane(&self.tailing), lane(&self.loading)) else {
                 status.set_state(
                     crate::status::PartitionState::Failed,
                     Some(format!("cannot create a queue for {tp}")),
@@ -155,8 +166,8 @@ impl StoreSetup {
                 continue;
             };
             let worker = Worker {
-                consumer: self.consumer.clone(),
-                queue,
+                tailing,
+                loading,
                 status,
                 board: self.board.clone(),
                 tp,
@@ -188,8 +199,7 @@ impl StoreSetup {
         }
         let mut attempt = 0;
         loop {
-            match changelog::partitions_of(&self.consumer, &self.store.changelog, METADATA_TIMEOUT)
-            {
+            match changelog::partitions_of(&self.tailing, &self.store.changelog, METADATA_TIMEOUT) {
                 Ok(partitions) => {
                     self.board.set_store_error(&self.store.name, None);
                     return Some(partitions);

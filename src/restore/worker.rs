@@ -28,9 +28,15 @@ const PROPERTIES_EVERY: Duration = Duration::from_secs(5);
 /// Longest a catching-up partition keeps commits unflushed (the configured bound applies if tighter).
 const RESTORING_FLUSH_BOUND: Duration = Duration::from_secs(5);
 
-pub struct Worker {
+/// One consumer and this partition's queue in it (`changelog` explains the two consumers).
+pub struct Lane {
     pub consumer: Arc<ChangelogConsumer>,
     pub queue: PartitionQueue<EngineContext>,
+}
+
+pub struct Worker {
+    pub tailing: Lane,
+    pub loading: Lane,
     pub status: Arc<PartitionStatus>,
     pub board: Arc<crate::status::Board>,
     pub tp: TopicPartition,
@@ -56,31 +62,27 @@ impl Failure {
     }
 }
 
-/// Keeps the partition assigned while alive; unassigns on drop, on every exit path.
+/// Keeps the partition assigned in one lane while alive; unassigns on drop, on every exit path.
 struct Assignment<'a> {
-    consumer: &'a ChangelogConsumer,
+    lane: &'a Lane,
     list: TopicPartitionList,
 }
 
 impl<'a> Assignment<'a> {
-    fn new(
-        consumer: &'a ChangelogConsumer,
-        tp: &TopicPartition,
-        offset: i64,
-    ) -> Result<Self, Failure> {
+    fn new(lane: &'a Lane, tp: &TopicPartition, offset: i64) -> Result<Self, Failure> {
         let mut list = TopicPartitionList::new();
         list.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(offset))
             .map_err(|e| Failure::Kafka(e.to_string()))?;
-        consumer
+        lane.consumer
             .incremental_assign(&list)
             .map_err(|e| Failure::Kafka(format!("cannot assign {tp}: {e}")))?;
-        Ok(Assignment { consumer, list })
+        Ok(Assignment { lane, list })
     }
 }
 
 impl Drop for Assignment<'_> {
     fn drop(&mut self) {
-        let _ = self.consumer.incremental_unassign(&self.list);
+        let _ = self.lane.consumer.incremental_unassign(&self.list);
     }
 }
 
@@ -137,6 +139,7 @@ impl Worker {
 
     fn bounds(&self) -> Result<LogBounds, Failure> {
         let (low, high) = self
+            .tailing
             .consumer
             .fetch_watermarks(&self.tp.topic, self.tp.partition, WATERMARK_TIMEOUT)
             .map_err(|e| Failure::Kafka(format!("cannot read the offsets of {}: {e}", self.tp)))?;
@@ -192,7 +195,7 @@ impl Worker {
         let Some(mut slot) = self.turn_if_needed(next, bounds.high_watermark) else {
             return self.finish(store, last_taken);
         };
-        let mut assignment = Assignment::new(&self.consumer, &self.tp, next)?;
+        let mut assignment = self.assign(slot.is_some(), next)?;
 
         while !self.stop.load(Relaxed) {
             // This partition's share of `max_uncommitted_bytes`, over the partitions known now: a
@@ -201,7 +204,13 @@ impl Worker {
                 self.restore.max_uncommitted_bytes,
                 self.board.partition_count(),
             );
-            let batch = self.take_batch(&mut store, &mut next, &mut last_taken, budget);
+            let batch = self.take_batch(
+                assignment.lane,
+                &mut store,
+                &mut next,
+                &mut last_taken,
+                budget,
+            );
             if let Some(message) = batch.kafka_failure {
                 drop(assignment);
                 self.finish(store, last_taken)?;
@@ -235,13 +244,13 @@ impl Worker {
                     };
                     slot = acquired;
                 }
-                assignment = Assignment::new(&self.consumer, &self.tp, next)?;
+                assignment = self.assign(slot.is_some(), next)?;
                 continue;
             }
 
             // Markers are never delivered; when idle, the consumer's own position moves past them.
             if batch.records == 0 && batch.null_keys == 0 {
-                if let Some(position) = self.consumer_position() {
+                if let Some(position) = consumer_position(assignment.lane, &self.tp) {
                     next = next.max(position);
                 }
             }
@@ -323,10 +332,12 @@ impl Worker {
                     status.set_state(state, None);
                 }
             }
-            if caught_up {
-                // Tailing needs no slot: the next partition waiting to catch up takes it (after
-                // the status above says this one is done).
-                slot = None;
+            // Tailing needs no turn: the next partition waiting to catch up takes it (after the
+            // status above says this one is done), and this one moves to the tailing consumer.
+            // Its restore buffers are gone by now.
+            if caught_up && slot.take().is_some() {
+                assignment = self.assign(false, next)?;
+                crate::memory::release_free();
             }
             was_caught_up = caught_up;
         }
@@ -346,6 +357,18 @@ impl Worker {
         let slot = self.slots.acquire(&self.stop);
         self.status.waiting.store(false, Relaxed);
         slot.map(Some)
+    }
+
+    /// Assigns the partition at `next` to the loading consumer while it holds a turn, else to the
+    /// tailing one.
+    fn assign(&self, loading: bool, next: i64) -> Result<Assignment<'_>, Failure> {
+        self.status.loading.store(loading, Relaxed);
+        let lane = if loading {
+            &self.loading
+        } else {
+            &self.tailing
+        };
+        Assignment::new(lane, &self.tp, next)
     }
 
     /// Clean close: commit everything taken, flush, `status` 0.
@@ -368,13 +391,14 @@ impl Worker {
     /// per-record path does no allocation, logging or metric update.
     fn take_batch(
         &self,
+        lane: &Lane,
         store: &mut Store,
         next: &mut i64,
         last_taken: &mut Option<i64>,
         budget: usize,
     ) -> Batch {
         let mut batch = Batch::default();
-        let mut message = self.queue.poll(POLL_TIMEOUT);
+        let mut message = lane.queue.poll(POLL_TIMEOUT);
         while let Some(result) = message {
             match result {
                 Ok(m) => {
@@ -427,23 +451,20 @@ impl Worker {
             if batch.records as usize >= MAX_BATCH_RECORDS || store.uncommitted_bytes() >= budget {
                 break;
             }
-            message = self.queue.poll(Duration::ZERO);
+            message = lane.queue.poll(Duration::ZERO);
         }
         if let Some(ts) = batch.last_timestamp_ms {
             self.status.last_record_ts_ms.store(ts, Relaxed);
         }
         batch
     }
+}
 
-    /// librdkafka's position for this partition, which accounts for skipped control records.
-    fn consumer_position(&self) -> Option<i64> {
-        let positions = self.consumer.position().ok()?;
-        match positions
-            .find_partition(&self.tp.topic, self.tp.partition)?
-            .offset()
-        {
-            Offset::Offset(o) if o >= 0 => Some(o),
-            _ => None,
-        }
+/// librdkafka's position for this partition, which accounts for skipped control records.
+fn consumer_position(lane: &Lane, tp: &TopicPartition) -> Option<i64> {
+    let positions = lane.consumer.position().ok()?;
+    match positions.find_partition(&tp.topic, tp.partition)?.offset() {
+        Offset::Offset(o) if o >= 0 => Some(o),
+        _ => None,
     }
 }
