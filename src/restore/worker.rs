@@ -177,7 +177,7 @@ impl Worker {
         self.restore_loop(store, bounds)
     }
 
-    fn restore_loop(&self, mut store: Store, bounds: LogBounds) -> Result<(), Failure> {
+    fn restore_loop(&self, store: Store, bounds: LogBounds) -> Result<(), Failure> {
         let status = &self.status;
         let mut next = store.applied().map_or(bounds.log_start, |a| a + 1);
         // Offset of the last record taken from the log (applied or skipped), committed or not.
@@ -195,7 +195,7 @@ impl Worker {
         let Some(mut slot) = self.turn_if_needed(next, bounds.high_watermark) else {
             return self.finish(store, last_taken);
         };
-        let mut assignment = self.assign(slot.is_some(), next)?;
+        let (mut assignment, mut store) = self.assign(slot.is_some(), next, store, last_taken)?;
 
         while !self.stop.load(Relaxed) {
             // This partition's share of `max_uncommitted_bytes`, over the partitions known now: a
@@ -244,7 +244,7 @@ impl Worker {
                     };
                     slot = acquired;
                 }
-                assignment = self.assign(slot.is_some(), next)?;
+                (assignment, store) = self.assign(slot.is_some(), next, store, last_taken)?;
                 continue;
             }
 
@@ -336,7 +336,7 @@ impl Worker {
             // status above says this one is done), and this one moves to the tailing consumer.
             // Its restore buffers are gone by now.
             if caught_up && slot.take().is_some() {
-                assignment = self.assign(false, next)?;
+                (assignment, store) = self.assign(false, next, store, last_taken)?;
                 crate::memory::release_free();
             }
             was_caught_up = caught_up;
@@ -360,15 +360,29 @@ impl Worker {
     }
 
     /// Assigns the partition at `next` to the loading consumer while it holds a turn, else to the
-    /// tailing one.
-    fn assign(&self, loading: bool, next: i64) -> Result<Assignment<'_>, Failure> {
+    /// tailing one. If librdkafka refuses, the store is closed cleanly before the failure goes up,
+    /// as for every Kafka failure: dropped open, the retry would find `status` 1 and take it for a
+    /// crashed store (and wipe it under `on_unclean_shutdown: wipe`).
+    fn assign(
+        &self,
+        loading: bool,
+        next: i64,
+        store: Store,
+        last_taken: Option<i64>,
+    ) -> Result<(Assignment<'_>, Store), Failure> {
         self.status.loading.store(loading, Relaxed);
         let lane = if loading {
             &self.loading
         } else {
             &self.tailing
         };
-        Assignment::new(lane, &self.tp, next)
+        match Assignment::new(lane, &self.tp, next) {
+            Ok(assignment) => Ok((assignment, store)),
+            Err(failure) => {
+                self.finish(store, last_taken)?;
+                Err(failure)
+            }
+        }
     }
 
     /// Clean close: commit everything taken, flush, `status` 0.
