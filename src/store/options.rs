@@ -24,7 +24,7 @@ pub struct RocksDbOverrides {
     pub max_background_jobs: Option<i32>,
     pub target_file_size_base: Option<ByteSize>,
     pub level0_file_num_compaction_trigger: Option<i32>,
-    /// Memtable memory shared by every store of the process (default 64 MiB). When the total
+    /// Memtable memory shared by every store of the process (default 32 MiB). When the total
     /// exceeds it, RocksDB flushes, so memory stays flat however large the changelogs are.
     pub total_write_buffer_size: Option<ByteSize>,
     /// Accepted so the error is a warning, never honoured: atomic flush is what keeps data and offsets
@@ -64,7 +64,7 @@ impl std::fmt::Debug for SharedMemtables {
 }
 
 /// Default process-wide memtable budget.
-pub const DEFAULT_TOTAL_WRITE_BUFFER: u64 = 64 << 20;
+pub const DEFAULT_TOTAL_WRITE_BUFFER: u64 = 32 << 20;
 
 impl Default for StoreOptions {
     fn default() -> Self {
