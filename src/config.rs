@@ -59,7 +59,8 @@ pub struct RestoreConfig {
     pub flush_interval: Duration,
     /// RocksDB's write-ahead log; off as in Kafka Streams.
     pub wal: bool,
-    /// Partitions of the process catching up at once; the rest wait their turn, tailing needs none.
+    /// Turns of memory for partitions catching up: a turn is the memtable budget over this count,
+    /// and a catch-up smaller than that takes part of one (`restore::slots`). Tailing needs none.
     pub max_parallel_restores: usize,
 }
 
@@ -245,16 +246,19 @@ impl Config {
 
     /// Store options for this process. Call once: each call makes a new shared memtable budget.
     pub fn store_options(&self) -> StoreOptions {
-        let budget = self
-            .rocksdb
-            .total_write_buffer_size
-            .map_or(DEFAULT_TOTAL_WRITE_BUFFER, |b| b.0);
         StoreOptions {
             rocksdb: self.rocksdb.clone(),
             wal: self.restore.wal,
             flush_interval: self.restore.flush_interval,
-            memtables: Some(SharedMemtables::new(budget)),
+            memtables: Some(SharedMemtables::new(self.memtable_budget())),
         }
+    }
+
+    /// Memtable memory shared by every store of the process (`rocksdb.total_write_buffer_size`).
+    pub fn memtable_budget(&self) -> u64 {
+        self.rocksdb
+            .total_write_buffer_size
+            .map_or(DEFAULT_TOTAL_WRITE_BUFFER, |b| b.0)
     }
 }
 

@@ -243,6 +243,20 @@ impl Board {
         self.partitions.read().map(|p| p.len()).unwrap_or(1)
     }
 
+    /// Average size (key plus value) of the records taken from `topic` so far in this process;
+    /// `None` before the first. Partitions of one changelog carry records of one kind, so this sizes
+    /// a partition's catch-up before its own first fetch.
+    pub fn bytes_per_record(&self, topic: &str) -> Option<f64> {
+        let partitions = self.partitions.read().ok()?;
+        let (records, bytes) = partitions
+            .iter()
+            .filter(|p| p.topic == topic)
+            .fold((0u64, 0u64), |(r, b), p| {
+                (r + p.records.load(Relaxed), b + p.bytes.load(Relaxed))
+            });
+        (records > 0).then(|| bytes as f64 / records as f64)
+    }
+
     pub fn find(&self, topic: &str, partition: i32) -> Vec<Arc<PartitionStatus>> {
         self.partitions()
             .into_iter()

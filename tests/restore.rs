@@ -11,6 +11,7 @@ use warmstore::config::Config;
 use warmstore::dirty::WipeReason;
 use warmstore::service::Service;
 use warmstore::status::PartitionState;
+use warmstore::units::ByteSize;
 
 /// Runs the service until caught up, then stops it cleanly; returns records read per partition.
 fn restore_once(
@@ -300,11 +301,16 @@ struct Turns {
     loading_after_catch_up: usize,
 }
 
-/// Restores 4 partitions of `records` records each with one turn, sampling the board until all are
-/// caught up, then produces more and waits until every store has applied it (a partition done with
-/// its turn moves to the tailing consumer, which must keep it warm), and checks every store
-/// against the changelog.
-fn restore_with_one_turn(topic: &str, records: usize, ready_max_lag: u64) -> Turns {
+/// Restores 4 partitions of `records` records each with one turn worth `turn_bytes` (the memtable
+/// budget, over one turn), sampling the board until all are caught up, then produces more and waits
+/// until every store has applied it (a partition done with its turn moves to the tailing consumer,
+/// which must keep it warm), and checks every store against the changelog.
+fn restore_with_one_turn(
+    topic: &str,
+    records: usize,
+    ready_max_lag: u64,
+    turn_bytes: u64,
+) -> Turns {
     let mut broker = Broker::new();
     broker.create_topic(topic, 4);
     broker.produce_changelog(topic, 4, records, 5);
@@ -317,6 +323,7 @@ fn restore_with_one_turn(topic: &str, records: usize, ready_max_lag: u64) -> Tur
     );
     config.restore.max_parallel_restores = 1;
     config.restore.ready_max_lag = ready_max_lag;
+    config.rocksdb.total_write_buffer_size = Some(ByteSize(turn_bytes));
     let turns = runtime().block_on(async {
         let service = Service::start(&config).await.expect("service starts");
         let s = &service;
@@ -372,11 +379,12 @@ fn restore_with_one_turn(topic: &str, records: usize, ready_max_lag: u64) -> Tur
     turns
 }
 
-/// With `max_parallel_restores: 1` the partitions catch up one after another, never two at once,
-/// and every store still ends equal to the changelog.
+/// With `max_parallel_restores: 1` and catch-ups larger than a turn (40,000 records of about 28
+/// bytes, 1.1 MB, against a 512 KiB turn), the partitions catch up one after another, never two at
+/// once, and every store still ends equal to the changelog.
 #[test]
 fn partitions_take_turns_when_parallel_restores_are_limited() {
-    let turns = restore_with_one_turn("turns", 40_000, 0);
+    let turns = restore_with_one_turn("turns", 40_000, 0, 512 << 10);
     assert_eq!(turns.most_loading, 1, "one partition loads at a time");
     assert!(turns.saw_waiting, "three partitions waited for their turn");
     assert!(
@@ -393,6 +401,20 @@ fn partitions_take_turns_when_parallel_restores_are_limited() {
 /// wait for a turn, however few turns there are.
 #[test]
 fn partitions_within_ready_max_lag_need_no_turn() {
-    let turns = restore_with_one_turn("topup", 5_000, 100_000);
+    let turns = restore_with_one_turn("topup", 5_000, 100_000, 512 << 10);
     assert!(!turns.saw_waiting, "no partition waited for a turn");
+}
+
+/// Catch-ups far smaller than a turn (80,000 records of about 28 bytes, 2.2 MB, against a 256 MiB
+/// turn) share it: once the first records show their size, the partitions that waited for the
+/// first one are let in and load together. Memory follows the budget, not the partition count.
+#[test]
+fn small_catch_ups_share_a_turn() {
+    let turns = restore_with_one_turn("sharing", 80_000, 0, 256 << 20);
+    assert!(
+        turns.most_loading > 1,
+        "several partitions loaded at once, saw {}",
+        turns.most_loading
+    );
+    assert_eq!(turns.loading_after_catch_up, 0);
 }

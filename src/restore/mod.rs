@@ -40,7 +40,8 @@ impl Engine {
         options.warn_about_ignored_settings();
         let (tailing, loading) = changelog::create_consumers(&config.kafka, board.clone())?;
         let stop = Arc::new(AtomicBool::new(false));
-        let slots = slots::Slots::new(config.restore.max_parallel_restores);
+        let turns = config.restore.max_parallel_restores;
+        let slots = slots::Slots::new(turns, config.memtable_budget() / turns.max(1) as u64);
         let mut threads = Vec::new();
         board.restore_alive.store(true, Relaxed);
 

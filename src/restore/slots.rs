@@ -1,9 +1,13 @@
-//! Turns: a process-wide limit on how many partitions catch up at once (`max_parallel_restores`),
-//! one slot per turn. Every partition that is loading holds a prefetch queue, an uncommitted buffer
-//! and a growing memtable; with hundreds loading together those add up to hundreds of MiB. With a
-//! fixed number of loaders the peak is bounded by the loaders, not the partition count, and on a
-//! few cores the total time is the same. Who needs a turn is `policy::needs_turn`.
+//! Turns: a process-wide bound on the memory of partitions catching up at once. A catching-up
+//! partition holds a prefetch queue, an uncommitted buffer and a memtable that keeps everything it
+//! has taken until the flush at catch-up, so its memory follows the size of its catch-up, up to what
+//! one turn's share of the memtable budget holds. `max_parallel_restores` counts full turns; a
+//! partition whose catch-up is smaller takes the part of the budget its size calls for (at least
+//! `1 / MIN_TURN_PARTS` of a turn, `policy::turn_weight`). So the peak follows the budget, not the
+//! changelog: small partitions restore many at a time, large ones a few at a time. Who needs a turn
+//! at all is `policy::needs_turn`.
 
+use std::collections::VecDeque;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Condvar, Mutex};
@@ -11,48 +15,116 @@ use std::time::Duration;
 
 #[derive(Debug)]
 pub struct Slots {
-    free: Mutex<usize>,
+    budget: Mutex<Budget>,
     freed: Condvar,
+    total: u64,
+    /// Memory one full turn stands for: the memtable budget over `max_parallel_restores`.
+    pub turn_bytes: u64,
 }
 
-/// Held while a partition catches up; the slot returns on drop.
+#[derive(Debug, Default)]
+struct Budget {
+    /// Free bytes. Signed: a holder that learns it needs more takes it at once.
+    free: i64,
+    /// Tickets of the partitions waiting, first come first served: a large catch-up (or one of a
+    /// topic whose record size is not known yet) is never overtaken for ever by small ones that
+    /// keep fitting into what is left.
+    queue: VecDeque<u64>,
+    next_ticket: u64,
+}
+
+/// Held while a partition catches up; its bytes return to the budget on drop.
 #[derive(Debug)]
-pub struct Slot(Arc<Slots>);
+pub struct Slot {
+    slots: Arc<Slots>,
+    bytes: u64,
+}
 
 impl Slots {
-    pub fn new(count: usize) -> Arc<Slots> {
+    pub fn new(turns: usize, turn_bytes: u64) -> Arc<Slots> {
+        let turn_bytes = turn_bytes.max(1);
+        let total = turns.max(1) as u64 * turn_bytes;
         Arc::new(Slots {
-            free: Mutex::new(count.max(1)),
+            budget: Mutex::new(Budget {
+                free: total as i64,
+                ..Budget::default()
+            }),
             freed: Condvar::new(),
+            total,
+            turn_bytes,
         })
     }
 
-    /// Waits for a free slot; `None` when `stop` is set first.
-    pub fn acquire(self: &Arc<Self>, stop: &AtomicBool) -> Option<Slot> {
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+    /// Waits, in turn, until the bytes `weigh` asks for are free; `None` when `stop` is set first.
+    /// `weigh` is asked again at every look: what a catch-up needs becomes clearer while it waits
+    /// (the first records of its topic show their size).
+    pub fn acquire(
+        self: &Arc<Self>,
+        mut weigh: impl FnMut() -> u64,
+        stop: &AtomicBool,
+    ) -> Option<Slot> {
+        let mut budget = self.lock();
+        let ticket = budget.next_ticket;
+        budget.next_ticket += 1;
+        budget.queue.push_back(ticket);
         loop {
             if stop.load(Relaxed) {
+                budget.queue.retain(|t| *t != ticket);
+                self.freed.notify_all();
                 return None;
             }
-            if *free > 0 {
-                *free -= 1;
-                return Some(Slot(self.clone()));
+            let bytes = weigh().clamp(1, self.total);
+            if budget.queue.front() == Some(&ticket) && budget.free >= bytes as i64 {
+                budget.queue.pop_front();
+                budget.free -= bytes as i64;
+                // The next in line may fit into what is left.
+                self.freed.notify_all();
+                return Some(Slot {
+                    slots: self.clone(),
+                    bytes,
+                });
             }
-            // Woken by a release, or every 100 ms to look at the stop flag.
-            free = self
+            // Woken by a release or a new head of the line, or every 100 ms to look at the stop
+            // flag and weigh again.
+            budget = self
                 .freed
-                .wait_timeout(free, Duration::from_millis(100))
+                .wait_timeout(budget, Duration::from_millis(100))
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Budget> {
+        self.budget.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn give_back(&self, bytes: i64) {
+        self.lock().free += bytes;
+        if bytes > 0 {
+            // Waiters want different amounts: each looks for itself.
+            self.freed.notify_all();
+        }
+    }
+}
+
+impl Slot {
+    /// Holds `bytes` from now on: less once the partition's own records show its catch-up is
+    /// smaller than estimated (the rest goes to waiting partitions), more if larger.
+    pub fn resize(&mut self, bytes: u64) {
+        let bytes = bytes.clamp(1, self.slots.total);
+        self.slots.give_back(self.bytes as i64 - bytes as i64);
+        self.bytes = bytes;
+    }
+
+    #[cfg(test)]
+    pub fn bytes(&self) -> u64 {
+        self.bytes
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut free = self.0.free.lock().unwrap_or_else(|e| e.into_inner());
-        *free += 1;
-        self.0.freed.notify_one();
+        self.slots.give_back(self.bytes as i64);
     }
 }
 
@@ -60,27 +132,127 @@ impl Drop for Slot {
 mod tests {
     use super::*;
 
-    #[test]
-    fn at_most_count_slots_are_held_and_a_release_frees_one() {
-        let slots = Slots::new(2);
-        let stop = AtomicBool::new(false);
-        let a = slots.acquire(&stop).expect("first");
-        let _b = slots.acquire(&stop).expect("second");
-        let waiter = {
-            let slots = slots.clone();
-            std::thread::spawn(move || slots.acquire(&AtomicBool::new(false)).is_some())
-        };
+    const TURN: u64 = 1 << 20;
+
+    fn waiter(slots: &Arc<Slots>, bytes: u64) -> std::thread::JoinHandle<bool> {
+        let slots = slots.clone();
+        std::thread::spawn(move || slots.acquire(|| bytes, &AtomicBool::new(false)).is_some())
+    }
+
+    fn still_waiting(waiter: &std::thread::JoinHandle<bool>) -> bool {
         std::thread::sleep(Duration::from_millis(150));
-        assert!(!waiter.is_finished(), "a third loader waits");
+        !waiter.is_finished()
+    }
+
+    #[test]
+    fn full_turns_are_limited_by_count_and_a_release_frees_one() {
+        let slots = Slots::new(2, TURN);
+        let stop = AtomicBool::new(false);
+        let a = slots.acquire(|| TURN, &stop).expect("first");
+        let _b = slots.acquire(|| TURN, &stop).expect("second");
+        let third = waiter(&slots, TURN);
+        assert!(still_waiting(&third), "a third full turn waits");
         drop(a);
-        assert!(waiter.join().unwrap(), "and gets the released slot");
+        assert!(third.join().unwrap(), "and gets the released turn");
+    }
+
+    #[test]
+    fn small_catch_ups_share_a_turn() {
+        let slots = Slots::new(1, TURN);
+        let stop = AtomicBool::new(false);
+        let held: Vec<Slot> = (0..8)
+            .map(|_| slots.acquire(|| TURN / 8, &stop).expect("an eighth"))
+            .collect();
+        let next = waiter(&slots, TURN / 8);
+        assert!(still_waiting(&next), "the turn is used up");
+        drop(held);
+        assert!(next.join().unwrap());
+    }
+
+    #[test]
+    fn shrinking_a_slot_lets_a_waiter_in() {
+        let slots = Slots::new(1, TURN);
+        let stop = AtomicBool::new(false);
+        let mut whole = slots.acquire(|| TURN, &stop).expect("whole turn");
+        let small = waiter(&slots, TURN / 4);
+        assert!(still_waiting(&small));
+        whole.resize(TURN / 2);
+        assert!(small.join().unwrap(), "the bytes given back are enough");
+        assert_eq!(whole.bytes(), TURN / 2);
+    }
+
+    #[test]
+    fn growing_a_slot_never_waits_but_holds_back_others() {
+        let slots = Slots::new(1, TURN);
+        let stop = AtomicBool::new(false);
+        let mut first = slots.acquire(|| TURN / 2, &stop).expect("half");
+        let _second = slots.acquire(|| TURN / 2, &stop).expect("other half");
+        first.resize(TURN);
+        drop(_second);
+        let next = waiter(&slots, TURN / 2);
+        assert!(still_waiting(&next), "the grown slot holds the whole turn");
+        drop(first);
+        assert!(next.join().unwrap());
+    }
+
+    #[test]
+    fn a_waiter_weighs_itself_again_while_it_waits() {
+        let slots = Slots::new(1, TURN);
+        let _half = slots.acquire(|| TURN / 2, &AtomicBool::new(false));
+        let need = Arc::new(std::sync::atomic::AtomicU64::new(TURN));
+        let waiter = {
+            let (slots, need) = (slots.clone(), need.clone());
+            std::thread::spawn(move || {
+                slots
+                    .acquire(|| need.load(Relaxed), &AtomicBool::new(false))
+                    .is_some()
+            })
+        };
+        assert!(still_waiting(&waiter), "a full turn does not fit");
+        need.store(TURN / 4, Relaxed);
+        assert!(
+            waiter.join().unwrap(),
+            "a quarter does, with nothing released"
+        );
+    }
+
+    #[test]
+    fn small_catch_ups_do_not_overtake_a_large_one() {
+        let slots = Slots::new(1, TURN);
+        let stop = AtomicBool::new(false);
+        let half = slots.acquire(|| TURN / 2, &stop).expect("half");
+        let large = waiter(&slots, TURN);
+        assert!(still_waiting(&large));
+        let small = waiter(&slots, TURN / 4);
+        assert!(
+            still_waiting(&small),
+            "a quarter would fit, but the full turn came first"
+        );
+        drop(half);
+        assert!(large.join().unwrap());
+    }
+
+    #[test]
+    fn a_waiter_that_stops_leaves_the_line() {
+        let slots = Slots::new(1, TURN);
+        let _whole = slots.acquire(|| TURN, &AtomicBool::new(false));
+        let stop = AtomicBool::new(true);
+        assert!(slots.acquire(|| TURN, &stop).is_none());
+        assert!(slots.lock().queue.is_empty());
+    }
+
+    #[test]
+    fn a_request_larger_than_everything_takes_everything() {
+        let slots = Slots::new(1, TURN);
+        let slot = slots.acquire(|| 10 * TURN, &AtomicBool::new(false));
+        assert_eq!(slot.map(|s| s.bytes()), Some(TURN));
     }
 
     #[test]
     fn stop_ends_the_wait() {
-        let slots = Slots::new(1);
-        let _held = slots.acquire(&AtomicBool::new(false));
+        let slots = Slots::new(1, TURN);
+        let _held = slots.acquire(|| TURN, &AtomicBool::new(false));
         let stop = AtomicBool::new(true);
-        assert!(slots.acquire(&stop).is_none());
+        assert!(slots.acquire(|| 1, &stop).is_none());
     }
 }

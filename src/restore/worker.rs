@@ -187,6 +187,7 @@ impl Worker {
         let mut last_properties = Instant::now() - PROPERTIES_EVERY;
         let mut was_caught_up = false;
         let mut first_catch_up_flushed = false;
+        let mut turn_sized = false;
         status.applied.store(store.applied().unwrap_or(-1), Relaxed);
         status.position.store(next, Relaxed);
         status.catchup_from.store(next, Relaxed);
@@ -234,6 +235,7 @@ impl Worker {
                 last_taken = None;
                 was_caught_up = false;
                 first_catch_up_flushed = false;
+                turn_sized = false;
                 status.applied.store(-1, Relaxed);
                 status.catchup_from.store(next, Relaxed);
                 status.catchup_target.store(bounds.high_watermark, Relaxed);
@@ -303,6 +305,16 @@ impl Worker {
             status.records.fetch_add(batch.records, Relaxed);
             status.bytes.fetch_add(batch.bytes, Relaxed);
             status.null_keys.fetch_add(batch.null_keys, Relaxed);
+            // The first records of a catch-up show what its size means in memory: the turn is
+            // resized to it, and what it took beyond that goes to the partitions waiting.
+            if let (Some(slot), false, true) = (slot.as_mut(), turn_sized, batch.records > 0) {
+                slot.resize(policy::turn_weight(
+                    status.catchup_target.load(Relaxed) - status.catchup_from.load(Relaxed),
+                    Some(batch.bytes as f64 / batch.records as f64),
+                    self.slots.turn_bytes,
+                ));
+                turn_sized = true;
+            }
             status.position.store(next, Relaxed);
             let rate = policy::smooth_rate(
                 status.rate(),
@@ -353,8 +365,15 @@ impl Worker {
         if !policy::needs_turn(next, end, self.restore.ready_max_lag) {
             return Some(None);
         }
+        let weigh = || {
+            policy::turn_weight(
+                policy::lag(next, end),
+                self.board.bytes_per_record(&self.tp.topic),
+                self.slots.turn_bytes,
+            )
+        };
         self.status.waiting.store(true, Relaxed);
-        let slot = self.slots.acquire(&self.stop);
+        let slot = self.slots.acquire(weigh, &self.stop);
         self.status.waiting.store(false, Relaxed);
         slot.map(Some)
     }
