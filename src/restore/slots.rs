@@ -73,16 +73,20 @@ impl Slots {
                 self.freed.notify_all();
                 return None;
             }
-            let bytes = weigh().clamp(1, self.total);
-            if budget.queue.front() == Some(&ticket) && budget.free >= bytes as i64 {
-                budget.queue.pop_front();
-                budget.free -= bytes as i64;
-                // The next in line may fit into what is left.
-                self.freed.notify_all();
-                return Some(Slot {
-                    slots: self.clone(),
-                    bytes,
-                });
+            // Only the head of the line weighs itself: the others could not go first anyway, and
+            // weighing reads every partition's counters, on every wake-up of every waiter.
+            if budget.queue.front() == Some(&ticket) {
+                let bytes = weigh().clamp(1, self.total);
+                if budget.free >= bytes as i64 {
+                    budget.queue.pop_front();
+                    budget.free -= bytes as i64;
+                    // The next in line may fit into what is left.
+                    self.freed.notify_all();
+                    return Some(Slot {
+                        slots: self.clone(),
+                        bytes,
+                    });
+                }
             }
             // Woken by a release or a new head of the line, or every 100 ms to look at the stop
             // flag and weigh again.
