@@ -29,9 +29,9 @@ pub const MIN_TURN_PARTS: u64 = 16;
 
 /// Memory a catching-up partition holds per record beyond its key and value, measured with the
 /// bench's changelog (about 195 bytes held per record of 111 bytes of key and value, at 500,000 and
-/// at 2,000,000 records):
-/// the memtable entry (sequence, lengths, the vector's pointer, arena slack), librdkafka's message
-/// header, and the uncommitted batch's framing. The estimate only has to size catch-ups roughly.
+/// at 2,000,000 records): the memtable entry (sequence, lengths, the vector's pointer, arena
+/// slack), librdkafka's message header, and the uncommitted batch's framing. The estimate only has
+/// to size catch-ups roughly.
 pub const HELD_PER_RECORD: f64 = 80.0;
 
 /// Bytes of the turns' budget a catch-up of `records` takes: the memory it is expected to hold,
@@ -44,7 +44,7 @@ pub fn turn_weight(records: i64, bytes_per_record: Option<f64>, turn_bytes: u64)
         None => turn_bytes,
         Some(per_record) => {
             let held = records.max(0) as f64 * (per_record + HELD_PER_RECORD);
-            (held as u64).clamp(floor, turn_bytes.max(floor))
+            (held as u64).clamp(floor, turn_bytes)
         }
     }
 }

@@ -190,9 +190,9 @@ mod tests {
         let slots = Slots::new(1, TURN);
         let stop = AtomicBool::new(false);
         let mut first = slots.acquire(|| TURN / 2, &stop).expect("half");
-        let _second = slots.acquire(|| TURN / 2, &stop).expect("other half");
+        let second = slots.acquire(|| TURN / 2, &stop).expect("other half");
         first.resize(TURN);
-        drop(_second);
+        drop(second);
         let next = waiter(&slots, TURN / 2);
         assert!(still_waiting(&next), "the grown slot holds the whole turn");
         drop(first);
