@@ -54,6 +54,27 @@ impl fmt::Display for WipeReason {
     }
 }
 
+/// Why RocksDB could not open or read a store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpenError {
+    /// Damaged or missing files: the store cannot be trusted.
+    Unreadable(String),
+    /// The files may be fine, but they need something this build lacks (a compression codec,
+    /// say). Another program wrote them; that is a format mismatch, never corruption.
+    MissingFeature(String),
+}
+
+impl OpenError {
+    /// Sorts a RocksDB error: "Not implemented" (RocksDB's `NotSupported` status, as in "Snappy not
+    /// supported in this build") is a missing feature; everything else makes the store unreadable.
+    pub fn from_rocksdb(kind: rocksdb::ErrorKind, message: String) -> OpenError {
+        match kind {
+            rocksdb::ErrorKind::NotSupported => OpenError::MissingFeature(message),
+            _ => OpenError::Unreadable(message),
+        }
+    }
+}
+
 /// Whose store this is, according to its metadata file and the keys in `offsets`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Identity {
@@ -81,8 +102,8 @@ pub enum StoredOffset {
 pub struct StoreFacts {
     /// A wipe-or-rebuild marker was left behind by an interrupted process.
     pub interrupted_rebuild: bool,
-    /// RocksDB could not open or read the store (corruption, a missing or unreadable file).
-    pub open_error: Option<String>,
+    /// RocksDB could not open or read the store.
+    pub open_error: Option<OpenError>,
     pub identity: Identity,
     /// Raw `status` value, if any.
     pub status: Option<i64>,
@@ -144,8 +165,15 @@ pub fn decide(facts: &StoreFacts, policy: UncleanPolicy, bounds: Option<LogBound
             "a wipe-in-progress marker was left by an earlier run",
         );
     }
-    if let Some(error) = &facts.open_error {
-        return wipe(WipeReason::Corruption, error.clone());
+    match &facts.open_error {
+        Some(OpenError::Unreadable(detail)) => return wipe(WipeReason::Corruption, detail.clone()),
+        Some(OpenError::MissingFeature(detail)) => {
+            return wipe(
+                WipeReason::FormatMismatch,
+                format!("this build cannot read the store: {detail}"),
+            )
+        }
+        None => {}
     }
     match &facts.identity {
         Identity::OtherPartition(other) => {
@@ -285,13 +313,35 @@ mod tests {
     #[test]
     fn open_errors_are_corruption() {
         let facts = StoreFacts {
-            open_error: Some("Corruption: truncated block".into()),
+            open_error: Some(OpenError::Unreadable("Corruption: truncated block".into())),
             ..stored(150)
         };
         assert_eq!(
             reason(decide(&facts, UncleanPolicy::Resume, None)),
             WipeReason::Corruption
         );
+    }
+
+    #[test]
+    fn a_store_this_build_cannot_decode_is_a_format_mismatch_not_corruption() {
+        let error = OpenError::from_rocksdb(
+            rocksdb::ErrorKind::NotSupported,
+            "Not implemented: Snappy not supported in this build".into(),
+        );
+        assert!(matches!(error, OpenError::MissingFeature(_)));
+        let facts = StoreFacts {
+            open_error: Some(error),
+            ..stored(150)
+        };
+        match decide(&facts, UncleanPolicy::Resume, None) {
+            Action::Wipe { reason, detail } => {
+                assert_eq!(reason, WipeReason::FormatMismatch);
+                assert!(detail.contains("Snappy not supported"), "{detail}");
+            }
+            other => panic!("expected a wipe, got {other:?}"),
+        }
+        let damaged = OpenError::from_rocksdb(rocksdb::ErrorKind::Corruption, "bad block".into());
+        assert_eq!(damaged, OpenError::Unreadable("bad block".into()));
     }
 
     #[test]
@@ -397,7 +447,7 @@ mod tests {
     fn a_leftover_marker_wins_over_everything() {
         let facts = StoreFacts {
             interrupted_rebuild: true,
-            open_error: Some("Corruption".into()),
+            open_error: Some(OpenError::Unreadable("Corruption".into())),
             ..stored(150)
         };
         assert_eq!(

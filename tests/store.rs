@@ -238,6 +238,11 @@ fn options_file_forces_atomic_flush_and_format_version_6() {
             section.contains(&"write_buffer_size=1048576"),
             "{family}: {section:?}"
         );
+        // Uncompressed, as Kafka Streams writes: RocksDB itself would pick Snappy.
+        assert!(
+            section.contains(&"compression=kNoCompression"),
+            "{family}: {section:?}"
+        );
     }
 }
 

@@ -16,12 +16,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::dirty::{
-    self, Action, Identity, LogBounds, StoreFacts, StoredOffset, UncleanPolicy, WipeReason,
+    self, Action, Identity, LogBounds, OpenError, StoreFacts, StoredOffset, UncleanPolicy,
+    WipeReason,
 };
 pub use format::TopicPartition;
 use format::{decode_i64, encode_i64, OFFSETS_CF, STATUS_CLOSED, STATUS_KEY, STATUS_OPEN};
 use lock::StoreLock;
-pub use options::{RocksDbOverrides, StoreOptions};
+pub use options::{Compression, RocksDbOverrides, StoreOptions};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -378,11 +379,15 @@ fn probe(
     match fs::symlink_metadata(&paths.db) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return (facts, None),
         Err(e) => {
-            facts.open_error = Some(format!("cannot stat the store directory: {e}"));
+            facts.open_error = Some(OpenError::Unreadable(format!(
+                "cannot stat the store directory: {e}"
+            )));
             return (facts, None);
         }
         Ok(m) if !m.is_dir() => {
-            facts.open_error = Some("the store path is not a directory".into());
+            facts.open_error = Some(OpenError::Unreadable(
+                "the store path is not a directory".into(),
+            ));
             return (facts, None);
         }
         Ok(_) => {}
@@ -396,7 +401,9 @@ fn probe(
             })
             .unwrap_or(true);
         if other_files {
-            facts.open_error = Some("RocksDB's CURRENT file is missing".into());
+            facts.open_error = Some(OpenError::Unreadable(
+                "RocksDB's CURRENT file is missing".into(),
+            ));
         }
         return (facts, None);
     }
@@ -404,7 +411,7 @@ fn probe(
         Ok(Some(m)) => facts.identity = m.identity(tp),
         Ok(None) => facts.identity = Identity::Unknown,
         Err(message) => {
-            facts.open_error = Some(message);
+            facts.open_error = Some(OpenError::Unreadable(message));
             return (facts, None);
         }
     }
@@ -412,26 +419,30 @@ fn probe(
     let db = match DB::open_cf_descriptors(&db_options, &paths.db, families) {
         Ok(db) => db,
         Err(e) => {
-            facts.open_error = Some(e.into_string());
+            facts.open_error = Some(open_error(e));
             return (facts, None);
         }
     };
-    if let Err(message) = read_facts(&db, tp, &mut facts) {
-        facts.open_error = Some(message);
+    if let Err(error) = read_facts(&db, tp, &mut facts) {
+        facts.open_error = Some(error);
         return (facts, None);
     }
     (facts, Some(db))
 }
 
+fn open_error(error: rocksdb::Error) -> OpenError {
+    OpenError::from_rocksdb(error.kind(), error.into_string())
+}
+
 /// Fills status, applied offset, identity (from foreign offset keys) and whether data is present.
-fn read_facts(db: &DB, tp: &TopicPartition, facts: &mut StoreFacts) -> Result<(), String> {
+fn read_facts(db: &DB, tp: &TopicPartition, facts: &mut StoreFacts) -> Result<(), OpenError> {
     let offsets = db
         .cf_handle(OFFSETS_CF)
-        .ok_or("column family `offsets` is missing")?;
+        .ok_or_else(|| OpenError::Unreadable("column family `offsets` is missing".into()))?;
     let own_key = tp.offset_key();
     let mut foreign = None;
     for item in db.iterator_cf(offsets, IteratorMode::Start) {
-        let (key, value) = item.map_err(rocksdb::Error::into_string)?;
+        let (key, value) = item.map_err(open_error)?;
         if &*key == STATUS_KEY {
             facts.status = decode_i64(&value);
         } else if *key == *own_key {
@@ -445,7 +456,7 @@ fn read_facts(db: &DB, tp: &TopicPartition, facts: &mut StoreFacts) -> Result<()
         facts.identity = Identity::OtherPartition(other);
     }
     facts.has_data = match db.iterator(IteratorMode::Start).next() {
-        Some(item) => item.map(|_| true).map_err(rocksdb::Error::into_string)?,
+        Some(item) => item.map(|_| true).map_err(open_error)?,
         None => false,
     };
     Ok(())

@@ -2,8 +2,8 @@
 
 use crate::units::ByteSize;
 use rocksdb::{
-    BlockBasedOptions, ColumnFamilyDescriptor, LogLevel, MemtableFactory, Options,
-    WriteBufferManager, DEFAULT_COLUMN_FAMILY_NAME,
+    BlockBasedOptions, ColumnFamilyDescriptor, DBCompressionType, LogLevel, MemtableFactory,
+    Options, WriteBufferManager, DEFAULT_COLUMN_FAMILY_NAME,
 };
 use serde::Deserialize;
 use std::time::Duration;
@@ -24,12 +24,40 @@ pub struct RocksDbOverrides {
     pub max_background_jobs: Option<i32>,
     pub target_file_size_base: Option<ByteSize>,
     pub level0_file_num_compaction_trigger: Option<i32>,
+    /// Codec of new table files. Default `none`, as Kafka Streams writes them; whatever is chosen,
+    /// stores written with any codec of this build open.
+    pub compression: Option<Compression>,
     /// Memtable memory shared by every store of the process (default 32 MiB). When the total
     /// exceeds it, RocksDB flushes, so memory stays flat however large the changelogs are.
     pub total_write_buffer_size: Option<ByteSize>,
     /// Accepted so the error is a warning, never honoured: atomic flush is what keeps data and offsets
     /// on disk from the same commit.
     pub atomic_flush: Option<bool>,
+}
+
+/// Table compression codecs this build has (RocksDB built with each).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Compression {
+    None,
+    Snappy,
+    Lz4,
+    Zstd,
+    Zlib,
+    Bzip2,
+}
+
+impl Compression {
+    fn rocksdb(self) -> DBCompressionType {
+        match self {
+            Compression::None => DBCompressionType::None,
+            Compression::Snappy => DBCompressionType::Snappy,
+            Compression::Lz4 => DBCompressionType::Lz4,
+            Compression::Zstd => DBCompressionType::Zstd,
+            Compression::Zlib => DBCompressionType::Zlib,
+            Compression::Bzip2 => DBCompressionType::Bz2,
+        }
+    }
 }
 
 /// How stores are opened and committed; shared by every store of a process.
@@ -94,6 +122,8 @@ impl StoreOptions {
         table.set_format_version(TABLE_FORMAT_VERSION);
         options.set_block_based_table_factory(&table);
         let o = &self.rocksdb;
+        // Explicit: RocksDB's own default is Snappy whenever Snappy is built in.
+        options.set_compression_type(o.compression.unwrap_or(Compression::None).rocksdb());
         if let Some(size) = o.write_buffer_size {
             options.set_write_buffer_size(size.0 as usize);
         }
