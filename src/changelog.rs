@@ -12,7 +12,7 @@
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::{ClientContext, Statistics};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -33,6 +33,9 @@ pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     // Out of range must reach warmstore (it wipes and rebuilds), never silently jump.
     ("auto.offset.reset", "error"),
     ("isolation.level", "read_committed"),
+    // A damaged uncompressed batch would otherwise be stored as it came, wrong values and all.
+    // CRC32C runs in hardware; a failed check fails the partition with the reason.
+    ("check.crcs", "true"),
     ("enable.partition.eof", "false"),
     ("allow.auto.create.topics", "false"),
     // End offsets, log-start offsets and positions, once a second.
@@ -104,6 +107,12 @@ impl ClientContext for EngineContext {
 
     fn error(&self, error: KafkaError, reason: &str) {
         tracing::warn!(%error, reason, "kafka client error; librdkafka retries on its own");
+        // "All brokers down" follows the error that says why (a refused handshake or login);
+        // keep that one.
+        if error.rdkafka_error_code() != Some(RDKafkaErrorCode::AllBrokersDown) {
+            self.board
+                .set_kafka_client_error(Some(format!("last Kafka client error: {reason}")));
+        }
     }
 }
 
@@ -111,14 +120,21 @@ impl ConsumerContext for EngineContext {}
 
 impl EngineContext {
     fn track_outage(&self, states: &[(String, String)]) {
-        if let Some(outage) = outage(states) {
+        if let Some(mut outage) = outage(states) {
+            if let Some(error) = self.board.kafka_client_error() {
+                outage = format!("{outage}; {error}");
+            }
             if self.board.kafka_outage().is_none() {
                 tracing::warn!(%outage, "Kafka unreachable; librdkafka keeps reconnecting");
             }
             self.board.set_kafka_outage(Some(outage));
-        } else if self.board.kafka_outage().is_some() {
-            tracing::info!("Kafka reachable again");
-            self.board.set_kafka_outage(None);
+        } else {
+            if self.board.kafka_outage().is_some() {
+                tracing::info!("Kafka reachable again");
+                self.board.set_kafka_outage(None);
+            }
+            // With a broker up, an earlier error (an idle connection closed, say) explains nothing.
+            self.board.set_kafka_client_error(None);
         }
     }
 }
@@ -182,6 +198,42 @@ fn create_consumer(
     Ok(Arc::new(consumer))
 }
 
+/// librdkafka as linked into this binary: its version and `builtin.features` (ssl, sasl_scram,
+/// zstd, ...). The first thing to check when a security setting or a codec is refused.
+pub fn librdkafka_build() -> String {
+    let (_, version) = rdkafka::util::get_rdkafka_version();
+    format!(
+        "librdkafka {version} (builtin.features: {})",
+        builtin_features()
+    )
+}
+
+fn builtin_features() -> String {
+    use rdkafka::bindings as rd;
+    use std::ffi::{c_char, CStr};
+    let mut buffer = [0 as c_char; 512];
+    let mut size = buffer.len();
+    // SAFETY: a fresh default config is read into a buffer whose size is passed along, then freed.
+    let result = unsafe {
+        let conf = rd::rd_kafka_conf_new();
+        let result = rd::rd_kafka_conf_get(
+            conf,
+            c"builtin.features".as_ptr(),
+            buffer.as_mut_ptr(),
+            &mut size,
+        );
+        rd::rd_kafka_conf_destroy(conf);
+        result
+    };
+    if result != rd::rd_kafka_conf_res_t::RD_KAFKA_CONF_OK {
+        return "unknown".to_string();
+    }
+    // SAFETY: librdkafka wrote a NUL-terminated string that fits the buffer.
+    unsafe { CStr::from_ptr(buffer.as_ptr()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
 /// Every partition of `topic`, or an error that says why there are none (missing topic).
 pub fn partitions_of(
     consumer: &ChangelogConsumer,
@@ -234,6 +286,26 @@ mod tests {
         assert_eq!(client_config(&kafka).get("fetch.wait.max.ms"), Some("500"));
         kafka.insert("fetch.wait.max.ms".to_string(), "2".to_string());
         assert_eq!(wait(&kafka).as_deref(), Some("2"));
+    }
+
+    #[test]
+    fn the_build_has_tls_sasl_and_every_codec() {
+        let build = librdkafka_build();
+        for feature in [
+            "ssl",
+            "sasl_plain",
+            "sasl_scram",
+            "sasl_oauthbearer",
+            "gzip",
+            "snappy",
+            "lz4",
+            "zstd",
+        ] {
+            assert!(
+                build.split([' ', ',', ')']).any(|f| f == feature),
+                "{feature} missing from {build}"
+            );
+        }
     }
 
     #[test]

@@ -220,6 +220,10 @@ pub struct Board {
     store_errors: Mutex<BTreeMap<String, String>>,
     /// Set while no Kafka broker is reachable (from librdkafka's statistics).
     kafka_outage: Mutex<Option<String>>,
+    /// The last error librdkafka reported for the client as a whole (a refused TLS handshake or
+    /// SASL login, say); cleared when a broker is reachable again. It explains failures that would
+    /// otherwise only say "timed out".
+    kafka_client_error: Mutex<Option<String>>,
     /// Cleared when the restore engine stops or dies; `/livez` reports it.
     pub restore_alive: AtomicBool,
 }
@@ -281,6 +285,25 @@ impl Board {
 
     pub fn kafka_outage(&self) -> Option<String> {
         self.kafka_outage.lock().ok().and_then(|o| o.clone())
+    }
+
+    pub fn set_kafka_client_error(&self, error: Option<String>) {
+        if let Ok(mut slot) = self.kafka_client_error.lock() {
+            *slot = error;
+        }
+    }
+
+    pub fn kafka_client_error(&self) -> Option<String> {
+        self.kafka_client_error.lock().ok().and_then(|e| e.clone())
+    }
+
+    /// `failure`, followed by what is known to be wrong with Kafka as a whole, if anything: "timed
+    /// out" alone does not tell a wrong CA from a wrong password.
+    pub fn explain_kafka_failure(&self, failure: String) -> String {
+        match self.kafka_outage().or_else(|| self.kafka_client_error()) {
+            Some(cause) => format!("{failure}; {cause}"),
+            None => failure,
+        }
     }
 
     pub fn store_errors(&self) -> BTreeMap<String, String> {

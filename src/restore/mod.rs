@@ -206,6 +206,7 @@ impl StoreSetup {
                     return Some(partitions);
                 }
                 Err(error) => {
+                    let error = self.board.explain_kafka_failure(error);
                     let delay = policy::backoff(attempt);
                     attempt += 1;
                     tracing::warn!(store = %self.store.name, topic = %self.store.changelog, %error,

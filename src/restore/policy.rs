@@ -2,12 +2,52 @@
 //! off. Offsets here may have gaps (compaction, aborted transactions) and the end offset may sit past
 //! the last record (transaction markers), so nothing assumes `last record + 1 == end`.
 
+use rdkafka::error::RDKafkaErrorCode;
 use std::time::Duration;
 
 /// Caught up when the consumer position has reached the end offset. The position is where the next
 /// fetch starts, and it moves past markers that are never delivered as records.
 pub fn caught_up(position: i64, end_offset: i64) -> bool {
     position >= end_offset
+}
+
+/// What an error on a partition's queue means for its restore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsumeError {
+    /// The store's next offset is no longer in the log: wipe and rebuild.
+    OutOfRange,
+    /// A passing broker or network condition; librdkafka fetches the same offset again.
+    Transient,
+    /// The partition cannot be consumed as it is: stop applying at once, keep what was taken
+    /// before the error, fail the partition with the reason, retry from the store's offset.
+    Fatal,
+}
+
+/// Sorts an error librdkafka reports on a partition's queue. Anything not known to be passing is
+/// fatal, because librdkafka skips a batch it cannot decode (bad CRC, corrupt or unsupported
+/// compression) and goes on with the next one: applying on would leave a hole in the store, and
+/// logging alone left a partition `restoring` for ever with no reason shown.
+pub fn consume_error(code: RDKafkaErrorCode) -> ConsumeError {
+    use RDKafkaErrorCode as C;
+    match code {
+        C::OffsetOutOfRange | C::AutoOffsetReset => ConsumeError::OutOfRange,
+        C::BrokerTransportFailure
+        | C::AllBrokersDown
+        | C::Resolve
+        | C::OperationTimedOut
+        | C::RequestTimedOut
+        | C::LeaderNotAvailable
+        | C::NotLeaderForPartition
+        | C::BrokerNotAvailable
+        | C::ReplicaNotAvailable
+        | C::PreferredLeaderNotAvailable
+        | C::FencedLeaderEpoch
+        | C::UnknownLeaderEpoch
+        | C::KafkaStorageError
+        | C::OffsetNotAvailable
+        | C::PartitionEOF => ConsumeError::Transient,
+        _ => ConsumeError::Fatal,
+    }
 }
 
 /// Records between position and end offset, never negative.
@@ -136,6 +176,31 @@ pub fn eta_seconds(lag: i64, rate: f64) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn undecodable_batches_are_fatal_and_passing_conditions_are_not() {
+        use rdkafka::error::RDKafkaErrorCode as C;
+        for code in [
+            C::BadMessage,
+            C::BadCompression,
+            C::NotImplemented,
+            C::UnsupportedCompressionType,
+            C::UnknownTopicOrPartition,
+            C::TopicAuthorizationFailed,
+            C::Fail,
+        ] {
+            assert_eq!(consume_error(code), ConsumeError::Fatal, "{code:?}");
+        }
+        for code in [
+            C::NotLeaderForPartition,
+            C::BrokerTransportFailure,
+            C::RequestTimedOut,
+        ] {
+            assert_eq!(consume_error(code), ConsumeError::Transient, "{code:?}");
+        }
+        assert_eq!(consume_error(C::OffsetOutOfRange), ConsumeError::OutOfRange);
+        assert_eq!(consume_error(C::AutoOffsetReset), ConsumeError::OutOfRange);
+    }
 
     #[test]
     fn a_catch_up_weighs_its_expected_memory() {

@@ -4,7 +4,7 @@
 
 use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::Consumer;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use std::sync::atomic::AtomicBool;
@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::policy::{self, Pending};
+use super::policy::{self, ConsumeError, Pending};
 use super::slots::{Slot, Slots};
 use crate::changelog::{ChangelogConsumer, EngineContext};
 use crate::config::RestoreConfig;
@@ -93,7 +93,8 @@ struct Batch {
     bytes: u64,
     null_keys: u64,
     out_of_range: Option<String>,
-    /// The partition cannot be consumed (topic or partition gone).
+    /// The partition cannot be consumed: topic or partition gone, or a batch librdkafka could not
+    /// decode (which it would skip).
     kafka_failure: Option<String>,
     /// Timestamp of the last record taken, published once per batch (lag in seconds).
     last_timestamp_ms: Option<i64>,
@@ -138,11 +139,16 @@ impl Worker {
     }
 
     fn bounds(&self) -> Result<LogBounds, Failure> {
-        let (low, high) = self
-            .tailing
-            .consumer
-            .fetch_watermarks(&self.tp.topic, self.tp.partition, WATERMARK_TIMEOUT)
-            .map_err(|e| Failure::Kafka(format!("cannot read the offsets of {}: {e}", self.tp)))?;
+        let (low, high) =
+            self.tailing
+                .consumer
+                .fetch_watermarks(&self.tp.topic, self.tp.partition, WATERMARK_TIMEOUT)
+                .map_err(|e| {
+                    Failure::Kafka(self.board.explain_kafka_failure(format!(
+                        "cannot read the offsets of {}: {e}",
+                        self.tp
+                    )))
+                })?;
         self.status.log_start.store(low, Relaxed);
         self.status.end_offset.store(high, Relaxed);
         Ok(LogBounds {
@@ -457,28 +463,37 @@ impl Worker {
                             m.timestamp().to_millis().or(batch.last_timestamp_ms);
                     }
                 }
-                Err(KafkaError::MessageConsumption(code)) => match code {
-                    RDKafkaErrorCode::OffsetOutOfRange | RDKafkaErrorCode::AutoOffsetReset => {
+                Err(KafkaError::MessageConsumption(code)) => match policy::consume_error(code) {
+                    ConsumeError::OutOfRange => {
                         batch.out_of_range = Some(format!(
                             "fetch at offset {next} of {} is out of range (retention or compaction passed the store)",
                             self.tp
                         ));
                         break;
                     }
-                    RDKafkaErrorCode::UnknownTopicOrPartition
-                    | RDKafkaErrorCode::UnknownTopic
-                    | RDKafkaErrorCode::UnknownPartition => {
-                        batch.kafka_failure = Some(format!("{}: {code}", self.tp));
+                    ConsumeError::Fatal => {
+                        batch.kafka_failure = Some(format!(
+                            "cannot consume {} after offset {}: {code}; the store keeps every record before it and the partition is retried from there",
+                            self.tp,
+                            last_taken.map_or("none".to_string(), |o| o.to_string()),
+                        ));
                         break;
                     }
-                    other => {
+                    ConsumeError::Transient => {
                         tracing::warn!(store = %self.status.store, topic = %self.tp.topic,
-                            partition = self.tp.partition, error = %other, "fetch error; librdkafka retries");
+                            partition = self.tp.partition, error = %code, "fetch error; librdkafka retries");
                     }
                 },
+                // Only if the user turned `enable.partition.eof` on; catch-up is decided from offsets.
+                Err(KafkaError::PartitionEOF(_)) => {}
+                // Any other error on the queue may also stand for records librdkafka dropped.
                 Err(other) => {
-                    tracing::warn!(store = %self.status.store, topic = %self.tp.topic,
-                        partition = self.tp.partition, error = %other, "consumer error");
+                    batch.kafka_failure = Some(format!(
+                        "cannot consume {} after offset {}: {other}",
+                        self.tp,
+                        last_taken.map_or("none".to_string(), |o| o.to_string()),
+                    ));
+                    break;
                 }
             }
             if batch.records as usize >= MAX_BATCH_RECORDS || store.uncommitted_bytes() >= budget {
