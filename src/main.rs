@@ -2,7 +2,7 @@
 //! 0 ok, 1 runtime failure, 2 bad config or usage.
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -88,7 +88,18 @@ fn demo(args: DemoArgs) -> ExitCode {
 
 fn main() -> ExitCode {
     warmstore::memory::tune();
-    let cli = match Cli::try_parse() {
+    // The version names librdkafka and its built-in features: the first thing to check when a
+    // security setting or a codec is refused.
+    let version = format!(
+        "{}\n{}",
+        env!("CARGO_PKG_VERSION"),
+        warmstore::changelog::librdkafka_build()
+    );
+    let command = Cli::command().version(version);
+    let cli = match command
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
@@ -106,6 +117,11 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             };
             warmstore::logging::init("info");
+            tracing::info!(
+                version = env!("CARGO_PKG_VERSION"),
+                kafka_client = %warmstore::changelog::librdkafka_build(),
+                "warmstore starting"
+            );
             match run(config) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
