@@ -191,7 +191,7 @@ fn readyz_is_503_while_restoring_and_200_after() {
     broker.produce_changelog("slow", 2, 2000, 22);
     // Tiny fetches over a slow link: the restore takes seconds, long enough to watch.
     broker
-        .mock
+        .mock()
         .broker_round_trip_time(1, Duration::from_millis(100))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();

@@ -75,7 +75,7 @@ fn a_broker_outage_mid_restore_is_shown_and_survived_without_restart() {
     broker.create_topic("outage", 3);
     broker.produce_changelog("outage", 3, 3000, 41);
     broker
-        .mock
+        .mock()
         .broker_round_trip_time(1, Duration::from_millis(30))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -96,7 +96,7 @@ fn a_broker_outage_mid_restore_is_shown_and_survived_without_restart() {
                 p.len() == 3 && p.iter().map(|p| p.records.load(Relaxed)).sum::<u64>() > 0
             });
             assert!(!all_caught_up(s, 3), "the restore must still be running when the broker goes");
-            broker.mock.broker_down(1).unwrap();
+            broker.mock().broker_down(1).unwrap();
             let down_at = Instant::now();
             wait_until("/readyz to name the outage", Duration::from_secs(30), || {
                 let (status, body) = http_get(&addr, "/readyz");
@@ -109,7 +109,7 @@ fn a_broker_outage_mid_restore_is_shown_and_survived_without_restart() {
                 "the failed state shows in the metrics"
             );
             std::thread::sleep(outage.saturating_sub(down_at.elapsed()));
-            broker.mock.broker_up(1).unwrap();
+            broker.mock().broker_up(1).unwrap();
             wait_until("catch-up after the outage", Duration::from_secs(120), || all_caught_up(s, 3));
             assert_eq!(http_get(&addr, "/readyz").0, 200);
         });
@@ -124,11 +124,11 @@ fn request_errors_on_fetch_and_list_offsets_and_slow_round_trips_are_survived() 
     let mut broker = Broker::new();
     broker.create_topic("flaky", 2);
     broker.produce_changelog("flaky", 2, 1500, 42);
-    broker.mock.request_errors(
+    broker.mock().request_errors(
         RDKafkaApiKey::ListOffsets,
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT; 3],
     );
-    broker.mock.request_errors(
+    broker.mock().request_errors(
         RDKafkaApiKey::Fetch,
         &[
             RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
@@ -138,7 +138,7 @@ fn request_errors_on_fetch_and_list_offsets_and_slow_round_trips_are_survived() 
         ],
     );
     broker
-        .mock
+        .mock()
         .broker_round_trip_time(1, Duration::from_millis(200))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();

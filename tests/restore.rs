@@ -96,6 +96,47 @@ fn resume_reads_only_new_records() {
     }
 }
 
+/// Stores written with compressed tables, as a Kafka Streams `RocksDBConfigSetter` or a tool with
+/// Snappy as its default would write them, open and resume: no wipe, only the new records read.
+#[test]
+fn stores_compressed_by_another_program_open_and_resume() {
+    use warmstore::store::{Compression, StorePaths};
+    for (codec, name) in [
+        (Compression::Snappy, "kSnappyCompression"),
+        (Compression::Lz4, "kLZ4Compression"),
+        (Compression::Zstd, "kZSTD"),
+    ] {
+        let mut broker = Broker::new();
+        broker.create_topic("packed", 1);
+        broker.produce_changelog("packed", 1, 2000, 4);
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = service_config(
+            &broker.bootstrap,
+            dir.path(),
+            vec![store("s", "packed", None)],
+            &[],
+        );
+        config.rocksdb.compression = Some(codec);
+        let rt = runtime();
+        restore_once(&rt, &config, 1);
+        let db = StorePaths::new(dir.path(), "s", 0).db;
+        assert_eq!(common::table_compression(&db), [name, name], "{codec:?}");
+        let tables = std::fs::read_dir(&db)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension() == Some("sst".as_ref()))
+            .count();
+        assert!(tables > 0, "{codec:?}: the catch-up flushed table files");
+
+        broker.produce_changelog("packed", 1, 300, 5);
+        config.rocksdb.compression = None;
+        let figures = restore_once(&rt, &config, 1);
+        assert_eq!(figures, [(0, 300, 0)], "{codec:?}: resumed, not rebuilt");
+        let (applied, data) = read_store(dir.path(), "s", "packed", 0);
+        assert_eq!(applied, Some(2299));
+        assert_eq!(data, broker.model("packed", 0, 0), "{codec:?}");
+    }
+}
+
 #[test]
 fn null_keys_are_skipped_and_counted_and_empty_values_kept() {
     let mut broker = Broker::new();

@@ -1,6 +1,10 @@
-//! Shared test fixtures: a real Kafka-protocol broker on loopback (librdkafka's mock cluster), a
-//! producer that keeps the model of what each store must hold, and small helpers.
+//! Shared test fixtures: Kafka-protocol brokers on loopback (librdkafka's mock cluster in-process,
+//! and a real Apache Kafka broker in `kafka`), a producer that keeps the model of what each store
+//! must hold, and small helpers.
 #![allow(dead_code)]
+
+pub mod kafka;
+pub mod proxy;
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -23,7 +27,8 @@ pub type State = BTreeMap<Vec<u8>, Vec<u8>>;
 pub type Record = (Option<Vec<u8>>, Option<Vec<u8>>);
 
 pub struct Broker {
-    pub mock: MockCluster<'static, DefaultProducerContext>,
+    /// `None` when the broker is the real one (`kafka::kafka()`).
+    mock: Option<MockCluster<'static, DefaultProducerContext>>,
     pub bootstrap: String,
     producer: BaseProducer,
     /// Every record produced per (topic, partition), in offset order: (key, value).
@@ -49,17 +54,45 @@ impl Broker {
         }
         let producer = config.create().expect("producer");
         Broker {
-            mock,
+            mock: Some(mock),
             bootstrap,
             producer,
             log: BTreeMap::new(),
         }
     }
 
+    /// The real broker of this test binary, produced to over its plaintext listener with extra
+    /// producer properties (compression, say).
+    pub fn real(properties: &[(&str, &str)]) -> Broker {
+        let bootstrap = kafka::kafka().plaintext.clone();
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &bootstrap)
+            .set("linger.ms", "5")
+            .set("enable.idempotence", "true");
+        for (key, value) in properties {
+            config.set(*key, *value);
+        }
+        Broker {
+            mock: None,
+            bootstrap,
+            producer: config.create().expect("producer"),
+            log: BTreeMap::new(),
+        }
+    }
+
+    /// The mock cluster, for tests that inject faults.
+    pub fn mock(&self) -> &MockCluster<'static, DefaultProducerContext> {
+        self.mock.as_ref().expect("a mock cluster broker")
+    }
+
     pub fn create_topic(&self, topic: &str, partitions: i32) {
-        self.mock
-            .create_topic(topic, partitions, 1)
-            .expect("topic created");
+        match &self.mock {
+            Some(mock) => mock
+                .create_topic(topic, partitions, 1)
+                .expect("topic created"),
+            None => kafka::kafka().create_topic(topic, partitions, &[]),
+        }
     }
 
     /// Produces one record and waits for it, so offsets follow the order of calls.
@@ -113,24 +146,22 @@ impl Broker {
         self.flush();
     }
 
+    /// The store the first `count` records of a partition make.
+    pub fn model_of_first(&self, topic: &str, partition: i32, count: usize) -> State {
+        fold(self.records(topic, partition).take(count))
+    }
+
     /// The store a changelog partition must produce from offset `from` on: last write wins,
     /// tombstones delete, null keys are skipped.
     pub fn model(&self, topic: &str, partition: i32, from: usize) -> State {
-        let mut state = State::new();
-        for (key, value) in self
-            .log
+        fold(self.records(topic, partition).skip(from))
+    }
+
+    fn records(&self, topic: &str, partition: i32) -> impl Iterator<Item = &Record> {
+        self.log
             .get(&(topic.to_string(), partition))
             .into_iter()
             .flatten()
-            .skip(from)
-        {
-            let Some(key) = key else { continue };
-            match value {
-                Some(v) => state.insert(key.clone(), v.clone()),
-                None => state.remove(key),
-            };
-        }
-        state
     }
 
     pub fn produced(&self, topic: &str, partition: i32) -> usize {
@@ -150,6 +181,20 @@ impl Broker {
             .fetch_watermarks(topic, partition, Duration::from_secs(10))
             .unwrap()
     }
+}
+
+/// The store a sequence of records makes: last write wins, tombstones delete, null keys are
+/// skipped.
+pub fn fold<'a>(records: impl Iterator<Item = &'a Record>) -> State {
+    let mut state = State::new();
+    for (key, value) in records {
+        let Some(key) = key else { continue };
+        match value {
+            Some(v) => state.insert(key.clone(), v.clone()),
+            None => state.remove(key),
+        };
+    }
+    state
 }
 
 /// A config file for `warmstore run` against the broker.
@@ -192,6 +237,23 @@ pub fn read_store(
         })
         .collect();
     (applied, data)
+}
+
+/// The `compression=` settings of a store's newest OPTIONS file, one per column family: the codec
+/// RocksDB writes that family's table files with.
+pub fn table_compression(db: &Path) -> Vec<String> {
+    let newest = std::fs::read_dir(db)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with("OPTIONS-"))
+        .max_by_key(|name| name[8..].parse::<u64>().unwrap_or(0))
+        .expect("an OPTIONS file");
+    std::fs::read_to_string(db.join(newest))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("compression="))
+        .map(str::to_string)
+        .collect()
 }
 
 pub fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
