@@ -4,12 +4,13 @@
 //! (c) warmstore from empty to caught up: records/s, CPU seconds per million records, peak RSS,
 //! (d) warmstore resuming after a clean stop with 10% new records,
 //! (e) the peer, Quix Streams' recovery (`bench/quix_peer.py`) on a copy of the same changelog,
-//! and, with `--rss-records N`, (c) again on a changelog of N records for the memory comparison.
+//! and, with `--rss-records N`, (c) again on a changelog of N records for the memory comparison, and
+//! with `--compressed CODEC`, (c) again on the same changelog produced with that codec.
 //! The broker is the mock cluster hosted by the `mock_broker` example in its own process, so its CPU
 //! is not counted as warmstore's.
 //!
 //! usage: cargo run --release --example bench -- [--records N] [--partitions P] [--value-size B]
-//!        [--rss-records N] [--kafka key=value ...] [--no-peer]
+//!        [--rss-records N] [--compressed CODEC] [--kafka key=value ...] [--no-peer]
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
@@ -49,8 +50,19 @@ struct Broker {
 
 impl Broker {
     fn start(records: u64, partitions: u64, value_size: u64) -> Broker {
+        Broker::start_compressed(records, partitions, value_size, "none")
+    }
+
+    /// A broker whose changelog was produced with `compression` (a librdkafka codec name).
+    fn start_compressed(
+        records: u64,
+        partitions: u64,
+        value_size: u64,
+        compression: &str,
+    ) -> Broker {
         let mut child = Command::new(exe_dir().join("mock_broker"))
             .args(["--topic", TOPIC, "--records", &records.to_string()])
+            .args(["--compression", compression])
             .args([
                 "--partitions",
                 &partitions.to_string(),
@@ -344,6 +356,29 @@ fn main() {
     println!("ratio c / min(a, b): {:.2}", c_rate / a_rate.min(b_rate));
     if let Some(e_rate) = e_rate {
         println!("ratio c / e: {:.1}", c_rate / e_rate);
+    }
+
+    if let Some(codec) = args
+        .iter()
+        .position(|a| a == "--compressed")
+        .and_then(|i| args.get(i + 1))
+    {
+        let broker = Broker::start_compressed(records, partitions, value_size, codec);
+        let z = warmstore_run(
+            &broker.bootstrap,
+            &work.join(format!("state-{codec}")),
+            partitions,
+            &kafka,
+        );
+        let z_rate = z.records as f64 / z.seconds;
+        println!(
+            "(c) on the {codec} changelog: {} records in {:.2} s = {z_rate:.0} records/s, {:.2} CPU s per million records, peak RSS {:.1} MiB; ratio to uncompressed {:.2}",
+            z.records,
+            z.seconds,
+            z.cpu_seconds / (z.records as f64 / 1e6),
+            mib(z.peak_rss),
+            z_rate / c_rate
+        );
     }
 
     if rss_records > 0 {

@@ -102,6 +102,7 @@ fn main() {
         .set("linger.ms", "20")
         .set("batch.size", "1000000")
         .set("queue.buffering.max.messages", "1000000")
+        .set("compression.type", arg(&args, "--compression", "none"))
         .create()
         .expect("producer");
     if let Err(e) = changelog.produce(&producer, records) {

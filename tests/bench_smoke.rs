@@ -18,6 +18,8 @@ fn the_harness_produces_every_figure() {
             "4",
             "--rss-records",
             "5000",
+            "--compressed",
+            "zstd",
         ])
         .output()
         .unwrap_or_else(|e| panic!("{}: {e}", bench.display()));
@@ -37,6 +39,7 @@ fn the_harness_produces_every_figure() {
         "ratio c / min(a, b):",
         "ratio c / e:",
         "(c) at 5000 records: peak RSS",
+        "(c) on the zstd changelog: 20000 records",
     ] {
         assert!(stdout.contains(figure), "missing `{figure}` in:\n{stdout}");
     }
