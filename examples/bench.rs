@@ -190,6 +190,24 @@ struct Run {
     records: u64,
 }
 
+impl Run {
+    fn rate(&self) -> f64 {
+        self.records as f64 / self.seconds
+    }
+
+    /// Records, time, rate, CPU per million records and peak RSS, as every (c) line gives them.
+    fn figures(&self) -> String {
+        format!(
+            "{} records in {:.2} s = {:.0} records/s, {:.2} CPU s per million records, peak RSS {:.1} MiB",
+            self.records,
+            self.seconds,
+            self.rate(),
+            self.cpu_seconds / (self.records as f64 / 1e6),
+            mib(self.peak_rss)
+        )
+    }
+}
+
 fn proc_figures(pid: u32) -> (f64, u64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let fields: Vec<&str> = stat
@@ -329,14 +347,8 @@ fn main() {
     println!("(b) write limit: {a_records} records in {b_secs:.2} s = {b_rate:.0} records/s");
 
     let c = warmstore_run(&broker.bootstrap, &work.join("state"), partitions, &kafka);
-    let c_rate = c.records as f64 / c.seconds;
-    println!(
-        "(c) warmstore empty to caught up: {} records in {:.2} s = {c_rate:.0} records/s, {:.2} CPU s per million records, peak RSS {:.1} MiB",
-        c.records,
-        c.seconds,
-        c.cpu_seconds / (c.records as f64 / 1e6),
-        mib(c.peak_rss)
-    );
+    let c_rate = c.rate();
+    println!("(c) warmstore empty to caught up: {}", c.figures());
     let e_rate = if args.iter().any(|a| a == "--no-peer") {
         println!("(e) peer: skipped (--no-peer)");
         None
@@ -370,14 +382,10 @@ fn main() {
             partitions,
             &kafka,
         );
-        let z_rate = z.records as f64 / z.seconds;
         println!(
-            "(c) on the {codec} changelog: {} records in {:.2} s = {z_rate:.0} records/s, {:.2} CPU s per million records, peak RSS {:.1} MiB; ratio to uncompressed {:.2}",
-            z.records,
-            z.seconds,
-            z.cpu_seconds / (z.records as f64 / 1e6),
-            mib(z.peak_rss),
-            z_rate / c_rate
+            "(c) on the {codec} changelog: {}; ratio to uncompressed {:.2}",
+            z.figures(),
+            z.rate() / c_rate
         );
     }
 
