@@ -1,4 +1,4 @@
-//! The YAML config (DESIGN.md, "Config"). Parsing is strict: an unknown field is an error that names
+//! The YAML config. Parsing is strict: an unknown field is an error that names
 //! the field and its line, because a silently ignored typo in a restore service costs hours.
 
 use serde::Deserialize;

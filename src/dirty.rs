@@ -152,12 +152,12 @@ fn wipe(reason: WipeReason, detail: impl Into<String>) -> Action {
     }
 }
 
-/// The dirty rules (DESIGN.md, "Dirty stores"). Rows are checked from "cannot read it at all" to
+/// The dirty rules (docs/store.md has the table). Rows are checked from "cannot read it at all" to
 /// "readable but no longer matches the log", so the reason given is the most fundamental one.
 ///
 /// Out of range follows Kafka's own fetch rule: resuming reads `applied + 1`, which must lie in
 /// `[log_start, high_watermark]`. A store whose next offset is exactly log-start has lost nothing, so it
-/// is resumed (DESIGN.md words this as `applied < log-start`; see docs/store.md).
+/// is resumed, where a literal `applied < log-start` would wipe it (docs/store.md).
 pub fn decide(facts: &StoreFacts, policy: UncleanPolicy, bounds: Option<LogBounds>) -> Action {
     if facts.interrupted_rebuild {
         return wipe(

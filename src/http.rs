@@ -1,4 +1,4 @@
-//! The HTTP endpoints (DESIGN.md, "HTTP"): `/metrics`, `/livez`, `/readyz`, `/stores`. GET only;
+//! The HTTP endpoints: `/metrics`, `/livez`, `/readyz`, `/stores`. GET only;
 //! any other method gets 405, and request bodies are refused.
 
 use axum::extract::{Request, State};

@@ -1,4 +1,4 @@
-//! Prometheus metrics (DESIGN.md, "Metrics"), computed from the status board when scraped. The
+//! Prometheus metrics (docs/metrics.md lists them), computed from the status board when scraped. The
 //! restore loop only bumps atomics once per batch; turning them into series costs nothing until
 //! someone asks.
 

@@ -3,7 +3,7 @@
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::StoreError;
 
@@ -11,7 +11,6 @@ use super::StoreError;
 #[derive(Debug)]
 pub struct StoreLock {
     _file: File,
-    path: PathBuf,
 }
 
 impl StoreLock {
@@ -49,13 +48,6 @@ impl StoreLock {
         file.set_len(0).map_err(io)?;
         file.seek(SeekFrom::Start(0)).map_err(io)?;
         write!(file, "pid {}", std::process::id()).map_err(io)?;
-        Ok(StoreLock {
-            _file: file,
-            path: lock_path.to_path_buf(),
-        })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
+        Ok(StoreLock { _file: file })
     }
 }

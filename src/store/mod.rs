@@ -39,13 +39,6 @@ pub enum StoreError {
     UncommittedAtClose { dir: PathBuf },
 }
 
-impl StoreError {
-    /// RocksDB found the store's files damaged: the caller should wipe rather than retry.
-    pub fn is_corruption(&self) -> bool {
-        matches!(self, StoreError::Rocks { source, .. } if source.kind() == rocksdb::ErrorKind::Corruption)
-    }
-}
-
 /// Where one store partition lives. The lock and the wipe marker sit beside the database directory,
 /// so wiping the database never drops the lock or the marker.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -190,14 +183,6 @@ impl Store {
         store.write_status(STATUS_OPEN)?;
         store.flush()?;
         Ok(store)
-    }
-
-    pub fn topic_partition(&self) -> &TopicPartition {
-        &self.tp
-    }
-
-    pub fn paths(&self) -> &StorePaths {
-        &self.paths
     }
 
     /// Offset of the last record whose effect is committed; `None` for an empty store.
