@@ -234,29 +234,53 @@ fn builtin_features() -> String {
         .into_owned()
 }
 
+/// Why a changelog's partitions cannot be listed.
+#[derive(Debug, thiserror::Error)]
+pub enum TopicError {
+    #[error("cannot read metadata of topic {topic}: {source}")]
+    Metadata { topic: String, source: KafkaError },
+    #[error("topic {topic} not found")]
+    NotFound { topic: String },
+    #[error("topic {topic}: {code}")]
+    Broker {
+        topic: String,
+        code: RDKafkaErrorCode,
+    },
+    #[error("topic {topic} has no partitions")]
+    NoPartitions { topic: String },
+}
+
 /// Every partition of `topic`, or an error that says why there are none (missing topic).
 pub fn partitions_of(
     consumer: &ChangelogConsumer,
     topic: &str,
     timeout: Duration,
-) -> Result<Vec<i32>, String> {
+) -> Result<Vec<i32>, TopicError> {
+    let topic_name = || topic.to_string();
     let metadata = consumer
         .fetch_metadata(Some(topic), timeout)
-        .map_err(|e| format!("cannot read metadata of topic {topic}: {e}"))?;
+        .map_err(|source| TopicError::Metadata {
+            topic: topic_name(),
+            source,
+        })?;
     let t = metadata
         .topics()
         .iter()
         .find(|t| t.name() == topic)
-        .ok_or_else(|| format!("topic {topic} not found"))?;
+        .ok_or_else(|| TopicError::NotFound {
+            topic: topic_name(),
+        })?;
     if let Some(error) = t.error() {
-        return Err(format!(
-            "topic {topic}: {}",
-            rdkafka::error::RDKafkaErrorCode::from(error)
-        ));
+        return Err(TopicError::Broker {
+            topic: topic_name(),
+            code: error.into(),
+        });
     }
     let partitions: Vec<i32> = t.partitions().iter().map(|p| p.id()).collect();
     if partitions.is_empty() {
-        return Err(format!("topic {topic} has no partitions"));
+        return Err(TopicError::NoPartitions {
+            topic: topic_name(),
+        });
     }
     Ok(partitions)
 }

@@ -297,13 +297,10 @@ impl Board {
         self.kafka_client_error.lock().ok().and_then(|e| e.clone())
     }
 
-    /// `failure`, followed by what is known to be wrong with Kafka as a whole, if anything: "timed
+    /// What is known to be wrong with Kafka as a whole, if anything, to go with a failure: "timed
     /// out" alone does not tell a wrong CA from a wrong password.
-    pub fn explain_kafka_failure(&self, failure: String) -> String {
-        match self.kafka_outage().or_else(|| self.kafka_client_error()) {
-            Some(cause) => format!("{failure}; {cause}"),
-            None => failure,
-        }
+    pub fn kafka_cause(&self) -> Option<String> {
+        self.kafka_outage().or_else(|| self.kafka_client_error())
     }
 
     pub fn store_errors(&self) -> BTreeMap<String, String> {

@@ -206,7 +206,10 @@ impl StoreSetup {
                     return Some(partitions);
                 }
                 Err(error) => {
-                    let error = self.board.explain_kafka_failure(error);
+                    let error = match self.board.kafka_cause() {
+                        Some(cause) => format!("{error}; {cause}"),
+                        None => error.to_string(),
+                    };
                     let delay = policy::backoff(attempt);
                     attempt += 1;
                     tracing::warn!(store = %self.store.name, topic = %self.store.changelog, %error,

@@ -18,7 +18,7 @@ use crate::changelog::{ChangelogConsumer, EngineContext};
 use crate::config::RestoreConfig;
 use crate::dirty::{LogBounds, WipeReason};
 use crate::status::{PartitionState, PartitionStatus};
-use crate::store::{OpenOutcome, Store, StoreOptions, StorePaths, TopicPartition};
+use crate::store::{OpenOutcome, Store, StoreError, StoreOptions, StorePaths, TopicPartition};
 
 const POLL_TIMEOUT: Duration = Duration::from_millis(100);
 const WATERMARK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -49,17 +49,50 @@ pub struct Worker {
 
 /// How a restore attempt ended badly. Kafka trouble leaves the store healthy (it is closed cleanly
 /// before retrying); store trouble drops it unclosed and reopens it through the dirty rules.
+#[derive(Debug, thiserror::Error)]
 enum Failure {
-    Kafka(String),
-    Store(String),
+    #[error(transparent)]
+    Kafka(Box<KafkaFailure>),
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
-impl Failure {
-    fn message(&self) -> &str {
-        match self {
-            Failure::Kafka(m) | Failure::Store(m) => m,
-        }
+impl From<KafkaFailure> for Failure {
+    fn from(failure: KafkaFailure) -> Self {
+        Failure::Kafka(Box::new(failure))
     }
+}
+
+/// What went wrong on the Kafka side of one partition. `cause` is what is known to be wrong with
+/// Kafka as a whole (no broker reachable, a refused login): "timed out" alone does not tell a
+/// wrong CA from a wrong password.
+#[derive(Debug, thiserror::Error)]
+enum KafkaFailure {
+    #[error("cannot read the offsets of {tp}: {source}{}", suffix(cause))]
+    Offsets {
+        tp: TopicPartition,
+        source: KafkaError,
+        cause: Option<String>,
+    },
+    #[error("cannot assign {tp}: {source}")]
+    Assign {
+        tp: TopicPartition,
+        source: KafkaError,
+    },
+    /// An error on the partition's queue that may stand for records librdkafka skipped.
+    #[error("cannot consume {tp} after offset {}: {source}; the store keeps every record before it and the partition is retried from there", after.map_or("none".to_string(), |o| o.to_string()))]
+    Consume {
+        tp: TopicPartition,
+        after: Option<i64>,
+        source: KafkaError,
+    },
+}
+
+fn suffix(cause: &Option<String>) -> String {
+    cause
+        .as_deref()
+        .map(|c| format!("; {c}"))
+        .unwrap_or_default()
 }
 
 /// Keeps the partition assigned in one lane while alive; unassigns on drop, on every exit path.
@@ -70,12 +103,14 @@ struct Assignment<'a> {
 
 impl<'a> Assignment<'a> {
     fn new(lane: &'a Lane, tp: &TopicPartition, offset: i64) -> Result<Self, Failure> {
+        let assign = |source| KafkaFailure::Assign {
+            tp: tp.clone(),
+            source,
+        };
         let mut list = TopicPartitionList::new();
         list.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(offset))
-            .map_err(|e| Failure::Kafka(e.to_string()))?;
-        lane.consumer
-            .incremental_assign(&list)
-            .map_err(|e| Failure::Kafka(format!("cannot assign {tp}: {e}")))?;
+            .map_err(assign)?;
+        lane.consumer.incremental_assign(&list).map_err(assign)?;
         Ok(Assignment { lane, list })
     }
 }
@@ -95,7 +130,7 @@ struct Batch {
     out_of_range: Option<String>,
     /// The partition cannot be consumed: topic or partition gone, or a batch librdkafka could not
     /// decode (which it would skip).
-    kafka_failure: Option<String>,
+    kafka_failure: Option<KafkaFailure>,
     /// Timestamp of the last record taken, published once per batch (lag in seconds).
     last_timestamp_ms: Option<i64>,
 }
@@ -119,12 +154,12 @@ impl Worker {
                         store = %self.status.store,
                         topic = %self.tp.topic,
                         partition = self.tp.partition,
-                        error = failure.message(),
+                        error = %failure,
                         retry_in_s = delay.as_secs(),
                         "store partition failed; retrying"
                     );
                     self.status
-                        .set_state(PartitionState::Failed, Some(failure.message().to_string()));
+                        .set_state(PartitionState::Failed, Some(failure.to_string()));
                     self.sleep(delay);
                 }
             }
@@ -139,16 +174,15 @@ impl Worker {
     }
 
     fn bounds(&self) -> Result<LogBounds, Failure> {
-        let (low, high) =
-            self.tailing
-                .consumer
-                .fetch_watermarks(&self.tp.topic, self.tp.partition, WATERMARK_TIMEOUT)
-                .map_err(|e| {
-                    Failure::Kafka(self.board.explain_kafka_failure(format!(
-                        "cannot read the offsets of {}: {e}",
-                        self.tp
-                    )))
-                })?;
+        let (low, high) = self
+            .tailing
+            .consumer
+            .fetch_watermarks(&self.tp.topic, self.tp.partition, WATERMARK_TIMEOUT)
+            .map_err(|source| KafkaFailure::Offsets {
+                tp: self.tp.clone(),
+                source,
+                cause: self.board.kafka_cause(),
+            })?;
         self.status.log_start.store(low, Relaxed);
         self.status.end_offset.store(high, Relaxed);
         Ok(LogBounds {
@@ -167,8 +201,7 @@ impl Worker {
             &self.options,
             self.restore.on_unclean_shutdown,
             Some(bounds),
-        )
-        .map_err(|e| Failure::Store(e.to_string()))?;
+        )?;
         match &outcome {
             OpenOutcome::Wiped { reason, .. } => self.status.count_wipe(*reason),
             OpenOutcome::Resumed { unclean: true, .. } => {
@@ -218,10 +251,10 @@ impl Worker {
                 &mut last_taken,
                 budget,
             );
-            if let Some(message) = batch.kafka_failure {
+            if let Some(failure) = batch.kafka_failure {
                 drop(assignment);
                 self.finish(store, last_taken)?;
-                return Err(Failure::Kafka(message));
+                return Err(failure.into());
             }
             if let Some(detail) = batch.out_of_range {
                 drop(assignment);
@@ -233,9 +266,7 @@ impl Worker {
                         return Err(failure);
                     }
                 };
-                store = store
-                    .wipe(WipeReason::OffsetOutOfRange, &detail)
-                    .map_err(|e| Failure::Store(e.to_string()))?;
+                store = store.wipe(WipeReason::OffsetOutOfRange, &detail)?;
                 status.count_wipe(WipeReason::OffsetOutOfRange);
                 next = bounds.log_start;
                 last_taken = None;
@@ -279,9 +310,7 @@ impl Worker {
                 last_taken,
             ) {
                 let started = Instant::now();
-                store
-                    .commit(offset)
-                    .map_err(|e| Failure::Store(e.to_string()))?;
+                store.commit(offset)?;
                 status
                     .commit_seconds
                     .observe(started.elapsed().as_secs_f64());
@@ -293,7 +322,7 @@ impl Worker {
             // WAL off, a process killed again and again before the time-bound flush would restart
             // every restore from scratch. Later catch-ups rely on the time bound.
             if caught_up && !first_catch_up_flushed {
-                store.flush().map_err(|e| Failure::Store(e.to_string()))?;
+                store.flush()?;
                 first_catch_up_flushed = true;
             }
             // While catching up, progress is flushed at least every few seconds: a process killed
@@ -304,9 +333,7 @@ impl Worker {
             } else {
                 RESTORING_FLUSH_BOUND
             };
-            store
-                .maybe_flush_within(now, bound)
-                .map_err(|e| Failure::Store(e.to_string()))?;
+            store.maybe_flush_within(now, bound)?;
 
             status.records.fetch_add(batch.records, Relaxed);
             status.bytes.fetch_add(batch.bytes, Relaxed);
@@ -413,14 +440,10 @@ impl Worker {
     /// Clean close: commit everything taken, flush, `status` 0.
     fn finish(&self, mut store: Store, last_taken: Option<i64>) -> Result<(), Failure> {
         if let Some(offset) = last_taken.filter(|o| Some(*o) > store.applied()) {
-            store
-                .commit(offset)
-                .map_err(|e| Failure::Store(e.to_string()))?;
+            store.commit(offset)?;
             self.status.applied.store(offset, Relaxed);
         }
-        store
-            .close(None)
-            .map_err(|e| Failure::Store(e.to_string()))?;
+        store.close(None)?;
         tracing::info!(store = %self.status.store, topic = %self.tp.topic, partition = self.tp.partition,
             applied = ?last_taken, "store closed cleanly");
         Ok(())
@@ -472,11 +495,11 @@ impl Worker {
                         break;
                     }
                     ConsumeError::Fatal => {
-                        batch.kafka_failure = Some(format!(
-                            "cannot consume {} after offset {}: {code}; the store keeps every record before it and the partition is retried from there",
-                            self.tp,
-                            last_taken.map_or("none".to_string(), |o| o.to_string()),
-                        ));
+                        batch.kafka_failure = Some(KafkaFailure::Consume {
+                            tp: self.tp.clone(),
+                            after: *last_taken,
+                            source: KafkaError::MessageConsumption(code),
+                        });
                         break;
                     }
                     ConsumeError::Transient => {
@@ -488,11 +511,11 @@ impl Worker {
                 Err(KafkaError::PartitionEOF(_)) => {}
                 // Any other error on the queue may also stand for records librdkafka dropped.
                 Err(other) => {
-                    batch.kafka_failure = Some(format!(
-                        "cannot consume {} after offset {}: {other}",
-                        self.tp,
-                        last_taken.map_or("none".to_string(), |o| o.to_string()),
-                    ));
+                    batch.kafka_failure = Some(KafkaFailure::Consume {
+                        tp: self.tp.clone(),
+                        after: *last_taken,
+                        source: other,
+                    });
                     break;
                 }
             }
