@@ -16,26 +16,87 @@ use crate::status::{Board, PartitionState, PartitionStatus};
 
 const PARTITION_LABELS: [&str; 3] = ["store", "topic", "partition"];
 
-/// (name, help, type, extra label) of every family the board produces.
-const FAMILIES: &[(&str, &str, MetricType, Option<&str>)] = &[
-    ("warmstore_changelog_end_offset", "Latest end offset seen for the changelog partition", MetricType::GAUGE, None),
-    ("warmstore_changelog_start_offset", "Log-start offset of the changelog partition", MetricType::GAUGE, None),
-    ("warmstore_store_applied_offset", "Applied offset committed in the store (-1 if none)", MetricType::GAUGE, None),
-    ("warmstore_restore_lag_records", "End offset minus consumer position", MetricType::GAUGE, None),
-    ("warmstore_restore_lag_seconds", "Age of the oldest record not yet applied, estimated from record timestamps (0 when caught up)", MetricType::GAUGE, None),
-    ("warmstore_restore_progress_ratio", "Progress of the current catch-up, 1 when caught up", MetricType::GAUGE, None),
-    ("warmstore_restore_eta_seconds", "Lag divided by the smoothed apply rate; absent when unknown", MetricType::GAUGE, None),
-    ("warmstore_records_restored_total", "Records applied, tombstones included", MetricType::COUNTER, None),
-    ("warmstore_bytes_restored_total", "Key plus value bytes applied", MetricType::COUNTER, None),
-    ("warmstore_store_state", "1 for the partition's current state", MetricType::GAUGE, Some("state")),
-    ("warmstore_store_wipes_total", "Store wipes by reason", MetricType::COUNTER, Some("reason")),
-    ("warmstore_unclean_shutdowns_total", "Stores found open (not closed cleanly) and resumed", MetricType::COUNTER, None),
-    ("warmstore_invalid_records_total", "Records skipped as invalid, by reason", MetricType::COUNTER, Some("reason")),
-    ("warmstore_commits_total", "Store commits", MetricType::COUNTER, None),
-    ("warmstore_store_estimated_keys", "RocksDB's estimate of the keys in the store", MetricType::GAUGE, None),
-    ("warmstore_store_disk_bytes", "Bytes of the store directory on disk", MetricType::GAUGE, None),
-    ("warmstore_restore_waiting", "1 while the partition is behind but waits for its turn to catch up (max_parallel_restores)", MetricType::GAUGE, None),
-];
+/// Every per-partition family the board produces. A variant, not a string, names a series, so a
+/// misspelt one does not compile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Family {
+    ChangelogEndOffset,
+    ChangelogStartOffset,
+    StoreAppliedOffset,
+    RestoreLagRecords,
+    RestoreLagSeconds,
+    RestoreProgressRatio,
+    RestoreEtaSeconds,
+    RecordsRestoredTotal,
+    BytesRestoredTotal,
+    StoreState,
+    StoreWipesTotal,
+    UncleanShutdownsTotal,
+    InvalidRecordsTotal,
+    CommitsTotal,
+    StoreEstimatedKeys,
+    StoreDiskBytes,
+    RestoreWaiting,
+}
+
+impl Family {
+    const ALL: [Family; 17] = [
+        Family::ChangelogEndOffset,
+        Family::ChangelogStartOffset,
+        Family::StoreAppliedOffset,
+        Family::RestoreLagRecords,
+        Family::RestoreLagSeconds,
+        Family::RestoreProgressRatio,
+        Family::RestoreEtaSeconds,
+        Family::RecordsRestoredTotal,
+        Family::BytesRestoredTotal,
+        Family::StoreState,
+        Family::StoreWipesTotal,
+        Family::UncleanShutdownsTotal,
+        Family::InvalidRecordsTotal,
+        Family::CommitsTotal,
+        Family::StoreEstimatedKeys,
+        Family::StoreDiskBytes,
+        Family::RestoreWaiting,
+    ];
+
+    /// Name, help, and the label beyond store, topic and partition, if any.
+    fn describe(self) -> (&'static str, &'static str, Option<&'static str>) {
+        use Family as F;
+        match self {
+            F::ChangelogEndOffset => ("warmstore_changelog_end_offset", "Latest end offset seen for the changelog partition", None),
+            F::ChangelogStartOffset => ("warmstore_changelog_start_offset", "Log-start offset of the changelog partition", None),
+            F::StoreAppliedOffset => ("warmstore_store_applied_offset", "Applied offset committed in the store (-1 if none)", None),
+            F::RestoreLagRecords => ("warmstore_restore_lag_records", "End offset minus consumer position", None),
+            F::RestoreLagSeconds => ("warmstore_restore_lag_seconds", "Age of the oldest record not yet applied, estimated from record timestamps (0 when caught up)", None),
+            F::RestoreProgressRatio => ("warmstore_restore_progress_ratio", "Progress of the current catch-up, 1 when caught up", None),
+            F::RestoreEtaSeconds => ("warmstore_restore_eta_seconds", "Lag divided by the smoothed apply rate; absent when unknown", None),
+            F::RecordsRestoredTotal => ("warmstore_records_restored_total", "Records applied, tombstones included", None),
+            F::BytesRestoredTotal => ("warmstore_bytes_restored_total", "Key plus value bytes applied", None),
+            F::StoreState => ("warmstore_store_state", "1 for the partition's current state", Some("state")),
+            F::StoreWipesTotal => ("warmstore_store_wipes_total", "Store wipes by reason", Some("reason")),
+            F::UncleanShutdownsTotal => ("warmstore_unclean_shutdowns_total", "Stores found open (not closed cleanly) and resumed", None),
+            F::InvalidRecordsTotal => ("warmstore_invalid_records_total", "Records skipped as invalid, by reason", Some("reason")),
+            F::CommitsTotal => ("warmstore_commits_total", "Store commits", None),
+            F::StoreEstimatedKeys => ("warmstore_store_estimated_keys", "RocksDB's estimate of the keys in the store", None),
+            F::StoreDiskBytes => ("warmstore_store_disk_bytes", "Bytes of the store directory on disk", None),
+            F::RestoreWaiting => ("warmstore_restore_waiting", "1 while the partition is behind but waits for its turn to catch up (max_parallel_restores)", None),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        self.describe().0
+    }
+
+    /// Counters end in `_total`, as Prometheus' naming rules have it; the rest are gauges.
+    fn kind(self) -> MetricType {
+        if self.name().ends_with("_total") {
+            MetricType::COUNTER
+        } else {
+            MetricType::GAUGE
+        }
+    }
+}
 
 /// Turns the board into metric families at scrape time.
 struct BoardCollector {
@@ -73,37 +134,34 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// One series of a partition: family name, the optional extra label (state or reason), value.
-type Sample = (&'static str, Option<(&'static str, &'static str)>, f64);
+/// One series of a partition: its family, the optional extra label (state or reason), value.
+type Sample = (Family, Option<(&'static str, &'static str)>, f64);
 
 /// Every series of one partition.
 fn partition_values(p: &PartitionStatus, now_ms: i64) -> Vec<Sample> {
     let mut out = Vec::new();
-    let mut gauge = |name: &'static str, v: i64| {
+    let mut gauge = |family: Family, v: i64| {
         if v >= 0 {
-            out.push((name, None, v as f64));
+            out.push((family, None, v as f64));
         }
     };
-    gauge("warmstore_changelog_end_offset", p.end_offset.load(Relaxed));
-    gauge(
-        "warmstore_changelog_start_offset",
-        p.log_start.load(Relaxed),
-    );
+    gauge(Family::ChangelogEndOffset, p.end_offset.load(Relaxed));
+    gauge(Family::ChangelogStartOffset, p.log_start.load(Relaxed));
     out.push((
-        "warmstore_store_applied_offset",
+        Family::StoreAppliedOffset,
         None,
         p.applied.load(Relaxed) as f64,
     ));
     let state = p.state();
     if let Some(lag) = p.lag() {
-        out.push(("warmstore_restore_lag_records", None, lag as f64));
+        out.push((Family::RestoreLagRecords, None, lag as f64));
         let caught_up = lag == 0;
         let ts = p.last_record_ts_ms.load(Relaxed);
         if caught_up {
-            out.push(("warmstore_restore_lag_seconds", None, 0.0));
+            out.push((Family::RestoreLagSeconds, None, 0.0));
         } else if ts >= 0 {
             out.push((
-                "warmstore_restore_lag_seconds",
+                Family::RestoreLagSeconds,
                 None,
                 ((now_ms - ts).max(0) as f64) / 1000.0,
             ));
@@ -117,43 +175,43 @@ fn partition_values(p: &PartitionStatus, now_ms: i64) -> Vec<Sample> {
                 p.position.load(Relaxed),
             )
         };
-        out.push(("warmstore_restore_progress_ratio", None, progress));
+        out.push((Family::RestoreProgressRatio, None, progress));
         if let Some(eta) = policy::eta_seconds(lag, p.rate()) {
-            out.push(("warmstore_restore_eta_seconds", None, eta));
+            out.push((Family::RestoreEtaSeconds, None, eta));
         }
     }
     let plain = [
-        ("warmstore_records_restored_total", &p.records),
-        ("warmstore_bytes_restored_total", &p.bytes),
-        ("warmstore_unclean_shutdowns_total", &p.unclean_shutdowns),
-        ("warmstore_commits_total", &p.commits),
-        ("warmstore_store_estimated_keys", &p.estimated_keys),
-        ("warmstore_store_disk_bytes", &p.disk_bytes),
+        (Family::RecordsRestoredTotal, &p.records),
+        (Family::BytesRestoredTotal, &p.bytes),
+        (Family::UncleanShutdownsTotal, &p.unclean_shutdowns),
+        (Family::CommitsTotal, &p.commits),
+        (Family::StoreEstimatedKeys, &p.estimated_keys),
+        (Family::StoreDiskBytes, &p.disk_bytes),
     ];
-    for (name, value) in plain {
-        out.push((name, None, value.load(Relaxed) as f64));
+    for (family, value) in plain {
+        out.push((family, None, value.load(Relaxed) as f64));
     }
     out.push((
-        "warmstore_restore_waiting",
+        Family::RestoreWaiting,
         None,
         f64::from(u8::from(p.waiting.load(Relaxed))),
     ));
     for s in PartitionState::ALL {
         out.push((
-            "warmstore_store_state",
+            Family::StoreState,
             Some(("state", s.label())),
             f64::from(u8::from(s == state)),
         ));
     }
     for r in WipeReason::ALL {
         out.push((
-            "warmstore_store_wipes_total",
+            Family::StoreWipesTotal,
             Some(("reason", r.label())),
             p.wipes(r) as f64,
         ));
     }
     out.push((
-        "warmstore_invalid_records_total",
+        Family::InvalidRecordsTotal,
         Some(("reason", "null_key")),
         p.null_keys.load(Relaxed) as f64,
     ));
@@ -167,11 +225,11 @@ impl Collector for BoardCollector {
 
     fn collect(&self) -> Vec<MetricFamily> {
         let now = now_ms();
-        let mut samples: BTreeMap<&str, Vec<Metric>> = BTreeMap::new();
+        let mut samples: BTreeMap<Family, Vec<Metric>> = BTreeMap::new();
         let mut histograms = Vec::new();
         for p in self.board.partitions() {
             let partition = p.partition.to_string();
-            for (name, extra, value) in partition_values(&p, now) {
+            for (family, extra, value) in partition_values(&p, now) {
                 let mut labels = vec![
                     label("store", &p.store),
                     label("topic", &p.topic),
@@ -180,29 +238,25 @@ impl Collector for BoardCollector {
                 if let Some((k, v)) = extra {
                     labels.push(label(k, v));
                 }
-                let kind = FAMILIES
-                    .iter()
-                    .find(|f| f.0 == name)
-                    .map_or(MetricType::GAUGE, |f| f.2);
                 samples
-                    .entry(name)
+                    .entry(family)
                     .or_default()
-                    .push(sample(labels, kind, value));
+                    .push(sample(labels, family.kind(), value));
             }
             for family in p.commit_seconds.collect() {
                 histograms.extend(family.get_metric().iter().cloned());
             }
         }
-        let mut families: Vec<MetricFamily> = FAMILIES
-            .iter()
-            .filter_map(|(name, help, kind, _)| {
-                let metrics = samples.remove(name)?;
+        let mut families: Vec<MetricFamily> = samples
+            .into_iter()
+            .map(|(f, metrics)| {
+                let (name, help, _) = f.describe();
                 let mut family = MetricFamily::default();
                 family.set_name(name.to_string());
                 family.set_help(help.to_string());
-                family.set_field_type(*kind);
+                family.set_field_type(f.kind());
                 family.set_metric(metrics);
-                Some(family)
+                family
             })
             .collect();
         if !histograms.is_empty() {
@@ -231,9 +285,10 @@ impl Collector for BoardCollector {
 /// The registry behind `/metrics`: the board's families plus the process collector.
 pub fn registry(board: Arc<Board>, ready_max_lag: u64) -> Registry {
     let registry = Registry::new();
-    let mut descs: Vec<Desc> = FAMILIES
+    let mut descs: Vec<Desc> = Family::ALL
         .iter()
-        .filter_map(|(name, help, _, extra)| {
+        .map(|f| f.describe())
+        .filter_map(|(name, help, extra)| {
             let mut labels: Vec<String> = PARTITION_LABELS.iter().map(|s| s.to_string()).collect();
             labels.extend(extra.map(str::to_string));
             Desc::new(
@@ -286,4 +341,28 @@ pub fn render(registry: &Registry) -> String {
         tracing::error!(error = %e, "cannot encode metrics");
     }
     String::from_utf8(buffer).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_has_its_own_name_and_counters_are_the_totals() {
+        let names: std::collections::BTreeSet<&str> =
+            Family::ALL.iter().map(|f| f.name()).collect();
+        assert_eq!(names.len(), Family::ALL.len());
+        for family in Family::ALL {
+            assert!(family.name().starts_with("warmstore_"), "{family:?}");
+            let counter = family.kind() == MetricType::COUNTER;
+            assert_eq!(counter, family.name().ends_with("_total"), "{family:?}");
+        }
+        assert_eq!(
+            Family::ALL
+                .iter()
+                .filter(|f| f.kind() == MetricType::COUNTER)
+                .count(),
+            6
+        );
+    }
 }
