@@ -176,3 +176,100 @@ fn every_dashboard_and_alert_expression_evaluates_against_real_data() {
         service.stop().await;
     });
 }
+
+/// `helm template` with the real Helm CLI (`./x test` builds it from the Go module proxy):
+/// (succeeded, manifests, stderr).
+fn helm_template(set: &[&str]) -> (bool, String, String) {
+    let mut helm = Command::new("helm");
+    helm.args(["template", "ws"]).arg(repo("helm/warmstore"));
+    for value in set {
+        helm.args(["--set", value]);
+    }
+    let out = helm
+        .output()
+        .expect("helm is installed (./x test builds it into target/tools/bin)");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_chart_renders_what_the_user_asked_for() {
+    let image = "image.repository=registry.example.com/warmstore";
+
+    // No public image exists: the render says how to get one instead of an ImagePullBackOff.
+    let (ok, _, err) = helm_template(&[]);
+    assert!(!ok && err.contains("image.repository is required"), "{err}");
+
+    // One port drives the Service, the container, the probes and warmstore's listen address.
+    let (ok, out, err) = helm_template(&[image, "service.port=8080"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("listen: 0.0.0.0:8080"), "{out}");
+    assert!(out.contains("containerPort: 8080"), "{out}");
+    assert!(!out.contains("9464"), "the old port is gone: {out}");
+    let (ok, _, err) = helm_template(&[image, "config.http.listen=0.0.0.0:9000"]);
+    assert!(!ok && err.contains("set service.port instead"), "{err}");
+
+    // No disruption budget over a single pod; with two, restoring pods never block a drain.
+    let (_, one, _) = helm_template(&[image]);
+    assert!(!one.contains("kind: PodDisruptionBudget"), "{one}");
+    assert!(one.contains("fsGroupChangePolicy: OnRootMismatch"), "{one}");
+    assert!(one.contains("whenDeleted: Retain"), "{one}");
+    let (_, two, _) = helm_template(&[image, "replicaCount=2"]);
+    assert!(two.contains("kind: PodDisruptionBudget"), "{two}");
+    assert!(
+        two.contains("unhealthyPodEvictionPolicy: AlwaysAllow"),
+        "{two}"
+    );
+    assert!(two.contains("maxUnavailable: 1"), "{two}");
+    let (_, min, _) = helm_template(&[
+        image,
+        "replicaCount=3",
+        "podDisruptionBudget.minAvailable=2",
+    ]);
+    assert!(
+        min.contains("minAvailable: 2") && !min.contains("maxUnavailable"),
+        "{min}"
+    );
+
+    // A digest pins the image.
+    let digest = format!("image.digest=sha256:{}", "ab".repeat(32));
+    let (_, pinned, _) = helm_template(&[image, &digest]);
+    assert!(
+        pinned.contains(&format!(
+            "image: \"registry.example.com/warmstore@sha256:{}\"",
+            "ab".repeat(32)
+        )),
+        "{pinned}"
+    );
+}
+
+#[test]
+fn the_config_the_chart_renders_with_another_port_is_accepted() {
+    let (ok, out, err) = helm_template(&[
+        "image.repository=registry.example.com/warmstore",
+        "service.port=8080",
+    ]);
+    assert!(ok, "{err}");
+    let config_map = out
+        .split("\n---")
+        .find(|doc| doc.contains("kind: ConfigMap"))
+        .expect("a ConfigMap");
+    let doc: serde_yaml::Value = serde_yaml::from_str(config_map).unwrap();
+    let config = doc["data"]["warmstore.yaml"].as_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("warmstore.yaml");
+    std::fs::write(&path, config).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_warmstore"))
+        .args(["check-config", "--config", path.to_str().unwrap()])
+        .env("WARMSTORE_BOOTSTRAP_SERVERS", "kafka:9092")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{config}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
