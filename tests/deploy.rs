@@ -75,6 +75,43 @@ fn alert_rules_pass_promtool_and_the_chart_ships_the_same_rules() {
     );
 }
 
+/// Every alert has a series that fires it and one that must not (dashboards/alerts_test.yaml).
+#[test]
+fn every_alert_passes_its_promtool_unit_tests() {
+    let out = Command::new("promtool")
+        .args(["test", "rules"])
+        .arg(repo("dashboards/alerts_test.yaml"))
+        .output()
+        .expect("promtool is installed (Debian package prometheus)");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tests = std::fs::read_to_string(repo("dashboards/alerts_test.yaml")).unwrap();
+    for rule in rule_names() {
+        assert!(
+            tests.contains(&format!(
+                "alertname: {rule}\n        exp_alerts:\n          - "
+            )),
+            "{rule} has no test in which it fires"
+        );
+    }
+}
+
+fn rule_names() -> Vec<String> {
+    let rules: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(repo("dashboards/alerts.yaml")).unwrap())
+            .unwrap();
+    rules["groups"][0]["rules"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|r| r["alert"].as_str().unwrap().to_string())
+        .collect()
+}
+
 /// Grafana variables replaced by what the test's Prometheus holds.
 fn substitute(expr: &str) -> String {
     expr.replace("$__rate_interval", "10s")
@@ -136,7 +173,7 @@ fn every_dashboard_and_alert_expression_evaluates_against_real_data() {
     let dashboard = dashboard_expressions();
     assert!(dashboard.len() >= 15, "{dashboard:?}");
     let rules = rule_expressions();
-    assert_eq!(rules.len(), 5);
+    assert_eq!(rules.len(), 7);
     let rt = runtime();
     rt.block_on(async {
         let service = Service::start(&config).await.unwrap();
@@ -232,6 +269,22 @@ fn the_chart_renders_what_the_user_asked_for() {
     assert!(
         min.contains("minAvailable: 2") && !min.contains("maxUnavailable"),
         "{min}"
+    );
+
+    // The alerts see only this release's series, and link to the runbook where the user keeps it.
+    let (_, rules, _) = helm_template(&[
+        image,
+        "prometheusRule.enabled=true",
+        "prometheusRule.runbookBaseUrl=https://wiki.example.com/runbook",
+    ]);
+    assert!(
+        rules.contains(r#"up{job="ws-warmstore-metrics", namespace="default"} == 0"#),
+        "{rules}"
+    );
+    assert!(!rules.contains(r#"job="warmstore""#), "{rules}");
+    assert!(
+        rules.contains("https://wiki.example.com/runbook#warmstorestorewiped"),
+        "{rules}"
     );
 
     // A digest pins the image.
