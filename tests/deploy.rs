@@ -1,6 +1,7 @@
-//! Shipping artifacts, each checked with a real tool: Helm's linter on the chart, warmstore's own
-//! config check on the config the chart renders, promtool on the alert rules, and a real Prometheus
-//! evaluating every dashboard and alert expression against a running warmstore.
+//! Shipping artifacts, each checked with a real tool: the Helm CLI (lint, render) and
+//! kubernetes-validate on the chart, warmstore's own config check on the config the chart renders,
+//! promtool on the alert rules and their unit tests, and a real Prometheus evaluating every
+//! dashboard and alert expression against a running warmstore.
 
 mod common;
 
@@ -16,18 +17,33 @@ fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
+/// Helm's own linter, strict (warnings fail too), with the default values (plus the one value a
+/// user must give) and with every option on.
 #[test]
-fn helm_lint_reports_no_errors_with_default_and_all_options() {
-    let out = Command::new("python3")
-        .arg(repo("helm/lint.py"))
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "helm lint failed (needs `pip install --ignore-requires-python helm-sdkpy`):\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+fn helm_lint_strict_passes_with_default_and_all_options() {
+    for args in [
+        vec!["--set", "image.repository=registry.example.com/warmstore"],
+        vec!["-f", "helm/warmstore/ci/all-options-values.yaml"],
+    ] {
+        let out = Command::new("helm")
+            .args(["lint", "--strict"])
+            .arg(repo("helm/warmstore"))
+            .args(args.iter().map(|a| {
+                if a.ends_with(".yaml") {
+                    repo(a).display().to_string()
+                } else {
+                    a.to_string()
+                }
+            }))
+            .output()
+            .expect("helm is installed (./x test builds it into target/tools/bin)");
+        assert!(
+            out.status.success(),
+            "helm lint --strict {args:?}:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 #[test]
@@ -217,8 +233,19 @@ fn every_dashboard_and_alert_expression_evaluates_against_real_data() {
 /// `helm template` with the real Helm CLI (`./x test` builds it from the Go module proxy):
 /// (succeeded, manifests, stderr).
 fn helm_template(set: &[&str]) -> (bool, String, String) {
+    helm_template_for("1.31.0", None, set)
+}
+
+/// `helm template` for a Kubernetes version (a `go install` build of Helm assumes 1.20 unless
+/// told), with an optional values file.
+fn helm_template_for(kube: &str, values: Option<&str>, set: &[&str]) -> (bool, String, String) {
     let mut helm = Command::new("helm");
-    helm.args(["template", "ws"]).arg(repo("helm/warmstore"));
+    helm.args(["template", "ws"])
+        .arg(repo("helm/warmstore"))
+        .args(["--kube-version", kube]);
+    if let Some(values) = values {
+        helm.arg("-f").arg(repo(values));
+    }
     for value in set {
         helm.args(["--set", value]);
     }
@@ -325,4 +352,53 @@ fn the_config_the_chart_renders_with_another_port_is_accepted() {
         "{}\n{config}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Both renders (defaults, every option on) pass strict schema validation for the oldest and newest
+/// Kubernetes versions the chart is checked against. The Prometheus Operator's kinds have no schema
+/// there and are skipped with a warning.
+#[test]
+fn every_render_passes_strict_kubernetes_validation() {
+    let dir = tempfile::tempdir().unwrap();
+    for kube in ["1.29.0", "1.31.0"] {
+        for (name, values, set) in [
+            (
+                "defaults",
+                None,
+                vec!["image.repository=registry.example.com/warmstore"],
+            ),
+            (
+                "all-options",
+                Some("helm/warmstore/ci/all-options-values.yaml"),
+                vec![],
+            ),
+        ] {
+            let (ok, manifests, err) = helm_template_for(kube, values, &set);
+            assert!(ok, "{name} for {kube}: {err}");
+            let file = dir.path().join(format!("{name}-{kube}.yaml"));
+            std::fs::write(&file, &manifests).unwrap();
+            let out = kubernetes_validate(kube, &file);
+            assert!(
+                out.status.success(),
+                "{name} for {kube}:\n{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    // The validator does reject what Kubernetes would: an unknown field in the StatefulSet.
+    let (_, manifests, _) = helm_template(&["image.repository=registry.example.com/warmstore"]);
+    let broken = manifests.replacen("  serviceName:", "  servicename:", 1);
+    assert_ne!(broken, manifests);
+    let file = dir.path().join("broken.yaml");
+    std::fs::write(&file, broken).unwrap();
+    assert!(!kubernetes_validate("1.31.0", &file).status.success());
+}
+
+fn kubernetes_validate(kube: &str, file: &Path) -> std::process::Output {
+    Command::new("kubernetes-validate")
+        .args(["--strict", "--quiet", "-k", kube])
+        .arg(file)
+        .output()
+        .expect("kubernetes-validate is installed (./x test puts it in target/test-venv)")
 }

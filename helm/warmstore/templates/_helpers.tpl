@@ -29,6 +29,39 @@ helm.sh/chart: {{ include "warmstore.chart" . }}
 {{ include "warmstore.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "warmstore.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "warmstore.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* Standbys on one node defeat their purpose: spread the pods over nodes, softly by default.
+Used only when .Values.affinity is empty. */ -}}
+{{- define "warmstore.podAntiAffinity" -}}
+{{- if eq .Values.podAntiAffinityPreset "soft" -}}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "warmstore.selectorLabels" . | nindent 12 }}
+{{- else if eq .Values.podAntiAffinityPreset "hard" -}}
+podAntiAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    - topologyKey: kubernetes.io/hostname
+      labelSelector:
+        matchLabels:
+          {{- include "warmstore.selectorLabels" . | nindent 10 }}
+{{- end }}
 {{- end -}}
 
 {{- /* The image to run: by digest when one is given, else by tag. No public image exists, so the
