@@ -42,10 +42,12 @@ pub struct Config {
     pub stores: Vec<StoreConfig>,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpConfig {
+    /// host:port of /metrics, /livez, /readyz and /stores
     #[serde(default = "default_listen")]
+    #[schemars(with = "String")]
     pub listen: SocketAddr,
 }
 
@@ -64,7 +66,7 @@ pub struct RestoreConfig {
     pub max_parallel_restores: usize,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
     pub name: String,
@@ -81,10 +83,14 @@ pub struct ConfigError {
     pub message: String,
 }
 
-#[derive(Deserialize)]
+/// The config file as written: what the schema describes and what parsing starts from.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "warmstore config")]
 struct RawConfig {
+    /// librdkafka properties, passed through as given
     #[serde(default)]
+    #[schemars(schema_with = "kafka_properties_schema")]
     kafka: BTreeMap<String, serde_yaml::Value>,
     #[serde(default = "default_state_dir")]
     state_dir: PathBuf,
@@ -98,7 +104,7 @@ struct RawConfig {
     stores: Vec<StoreConfig>,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawRestore {
     commit_interval: Option<HumanDuration>,
@@ -110,6 +116,22 @@ struct RawRestore {
     #[serde(default)]
     wal: bool,
     max_parallel_restores: Option<usize>,
+}
+
+fn kafka_properties_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "additionalProperties": {"type": ["string", "number", "boolean"]}
+    })
+}
+
+/// The JSON schema of the config file (draft 7, every subschema inline so it can be embedded in
+/// another schema, as the Helm chart's values schema does).
+pub fn json_schema() -> serde_json::Value {
+    let generator = schemars::generate::SchemaSettings::draft07()
+        .with(|s| s.inline_subschemas = true)
+        .into_generator();
+    generator.into_root_schema_for::<RawConfig>().to_value()
 }
 
 fn default_state_dir() -> PathBuf {

@@ -5,7 +5,7 @@ use serde::Deserialize;
 use std::fmt;
 
 /// What to do with a store that was found open (`status` = 1), i.e. not closed cleanly.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum UncleanPolicy {
     /// Trust it: the commit protocol guarantees data and offset on disk belong to the same commit.

@@ -40,6 +40,8 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Print the JSON schema of the config file (for editors; the Helm chart embeds it).
+    ConfigSchema,
 }
 
 fn load_config(path: &std::path::Path) -> Result<Config, ExitCode> {
@@ -151,6 +153,18 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
+        Command::ConfigSchema => {
+            match serde_json::to_string_pretty(&warmstore::config::json_schema()) {
+                Ok(json) => {
+                    println!("{json}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         Command::CheckConfig { config } => match load_config(&config) {
             Ok(c) => {
                 println!("{}: ok ({} stores)", config.display(), c.stores.len());

@@ -99,6 +99,36 @@ impl fmt::Display for ByteSize {
     }
 }
 
+impl schemars::JsonSchema for ByteSize {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ByteSize".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "bytes, or a size such as 64MiB (B, KiB, MiB, GiB, KB, MB, GB)",
+            "anyOf": [
+                {"type": "integer", "minimum": 0},
+                {"type": "string", "pattern": r"^\s*[0-9]+\s*(B|KB|kB|KiB|MB|MiB|GB|GiB)?\s*$"}
+            ]
+        })
+    }
+}
+
+impl schemars::JsonSchema for HumanDuration {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "HumanDuration".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "a duration with its unit: ms, s, m or h (10s, 500ms)",
+            "type": "string",
+            "pattern": r"^\s*[0-9]+\s*(ms|s|m|min|h)\s*$"
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

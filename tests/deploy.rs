@@ -314,6 +314,13 @@ fn the_chart_renders_what_the_user_asked_for() {
         "{rules}"
     );
 
+    // A typo anywhere fails the render, where warmstore would refuse it at start (exit 2 and a
+    // crash loop) or Helm would ignore it.
+    let (ok, _, err) = helm_template(&[image, "config.restore.comit_interval=10s"]);
+    assert!(!ok && err.contains("comit_interval"), "{err}");
+    let (ok, _, err) = helm_template(&[image, "replicacount=3"]);
+    assert!(!ok && err.contains("replicacount"), "{err}");
+
     // A digest pins the image.
     let digest = format!("image.digest=sha256:{}", "ab".repeat(32));
     let (_, pinned, _) = helm_template(&[image, &digest]);
@@ -401,4 +408,30 @@ fn kubernetes_validate(kube: &str, file: &Path) -> std::process::Output {
         .arg(file)
         .output()
         .expect("kubernetes-validate is installed (./x test puts it in target/test-venv)")
+}
+
+/// The chart's schema for `config` is the one warmstore generates from its config types, so the
+/// two cannot drift. `WARMSTORE_BLESS=1` writes the generated one into the chart.
+#[test]
+fn the_chart_config_schema_is_the_one_warmstore_generates() {
+    let out = Command::new(env!("CARGO_BIN_EXE_warmstore"))
+        .arg("config-schema")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let mut generated: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    generated.as_object_mut().unwrap().remove("$schema");
+    let path = repo("helm/warmstore/values.schema.json");
+    let mut chart: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    if std::env::var_os("WARMSTORE_BLESS").is_some() {
+        chart["properties"]["config"] = generated.clone();
+        let text = serde_json::to_string_pretty(&chart).unwrap() + "\n";
+        std::fs::write(&path, text).unwrap();
+    }
+    assert_eq!(
+        chart["properties"]["config"], generated,
+        "helm/warmstore/values.schema.json differs from `warmstore config-schema`; regenerate it with \
+         WARMSTORE_BLESS=1 cargo test --release --test deploy the_chart_config_schema"
+    );
 }

@@ -16,7 +16,7 @@ pub const TABLE_FORMAT_VERSION: i32 = 6;
 
 /// The `rocksdb:` section of the config. Typed rather than free-form so a typo is a config error
 /// instead of a silently ignored option.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RocksDbOverrides {
     pub write_buffer_size: Option<ByteSize>,
@@ -36,7 +36,7 @@ pub struct RocksDbOverrides {
 }
 
 /// Table compression codecs this build has (RocksDB built with each).
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Compression {
     None,
