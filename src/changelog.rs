@@ -145,7 +145,12 @@ pub fn outage(brokers: &[(String, String)]) -> Option<String> {
     if brokers.iter().any(|(_, state)| state == "UP") {
         return None;
     }
-    let mut names: Vec<String> = brokers.iter().map(|(n, s)| format!("{n} {s}")).collect();
+    // librdkafka lists a placeholder broker with no name; it says nothing to a reader.
+    let mut names: Vec<String> = brokers
+        .iter()
+        .filter(|(n, _)| !n.is_empty())
+        .map(|(n, s)| format!("{n} {s}"))
+        .collect();
     names.sort();
     names.dedup();
     Some(format!("no Kafka broker reachable ({})", names.join(", ")))
@@ -344,5 +349,7 @@ mod tests {
             "{o}"
         );
         assert!(outage(&[]).is_some());
+        let o = outage(&brokers(&[("", "INIT"), ("b:9092", "TRY_CONNECT")])).unwrap();
+        assert_eq!(o, "no Kafka broker reachable (b:9092 TRY_CONNECT)");
     }
 }
