@@ -88,6 +88,20 @@ fn demo(args: DemoArgs) -> ExitCode {
     }
 }
 
+/// Prints `value` as indented JSON on stdout.
+fn print_json(value: &impl serde::Serialize) -> ExitCode {
+    match serde_json::to_string_pretty(value) {
+        Ok(json) => {
+            println!("{json}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     warmstore::memory::tune();
     // The version names librdkafka and its built-in features: the first thing to check when a
@@ -138,33 +152,13 @@ fn main() -> ExitCode {
             demo(args)
         }
         Command::Inspect { store_dir } => match warmstore::inspect::inspect(&store_dir) {
-            Ok(report) => match serde_json::to_string_pretty(&report) {
-                Ok(json) => {
-                    println!("{json}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::from(1)
-                }
-            },
+            Ok(report) => print_json(&report),
             Err(e) => {
                 eprintln!("error: {e}");
                 ExitCode::from(1)
             }
         },
-        Command::ConfigSchema => {
-            match serde_json::to_string_pretty(&warmstore::config::json_schema()) {
-                Ok(json) => {
-                    println!("{json}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::from(1)
-                }
-            }
-        }
+        Command::ConfigSchema => print_json(&warmstore::config::json_schema()),
         Command::CheckConfig { config } => match load_config(&config) {
             Ok(c) => {
                 println!("{}: ok ({} stores)", config.display(), c.stores.len());

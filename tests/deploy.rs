@@ -48,7 +48,6 @@ fn helm_lint_strict_passes_with_default_and_all_options() {
 
 #[test]
 fn the_config_the_chart_renders_is_accepted() {
-    let dir = tempfile::tempdir().unwrap();
     for values in [
         "helm/warmstore/values.yaml",
         "helm/warmstore/ci/all-options-values.yaml",
@@ -56,34 +55,31 @@ fn the_config_the_chart_renders_is_accepted() {
         let text = std::fs::read_to_string(repo(values)).unwrap();
         let parsed: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
         let config = serde_yaml::to_string(&parsed["config"]).unwrap();
-        let path = dir.path().join("warmstore.yaml");
-        std::fs::write(&path, &config).unwrap();
-        // The chart passes the bootstrap servers through the environment, as here.
-        let out = Command::new(env!("CARGO_BIN_EXE_warmstore"))
-            .args(["check-config", "--config", path.to_str().unwrap()])
-            .env("WARMSTORE_BOOTSTRAP_SERVERS", "kafka:9092")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{values}: {}\n{config}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_warmstore_accepts(&config, values);
     }
+}
+
+/// `warmstore check-config` accepts `config`, with the bootstrap servers from the environment as
+/// the chart passes them.
+fn assert_warmstore_accepts(config: &str, what: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("warmstore.yaml");
+    std::fs::write(&path, config).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_warmstore"))
+        .args(["check-config", "--config", path.to_str().unwrap()])
+        .env("WARMSTORE_BOOTSTRAP_SERVERS", "kafka:9092")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{what}: {}\n{config}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
 fn alert_rules_pass_promtool_and_the_chart_ships_the_same_rules() {
-    let out = Command::new("promtool")
-        .args(["check", "rules"])
-        .arg(repo("dashboards/alerts.yaml"))
-        .output()
-        .expect("promtool is installed (Debian package prometheus)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    promtool(&["check", "rules"], "dashboards/alerts.yaml");
     assert_eq!(
         std::fs::read_to_string(repo("dashboards/alerts.yaml")).unwrap(),
         std::fs::read_to_string(repo("helm/warmstore/files/alerts.yaml")).unwrap(),
@@ -94,19 +90,9 @@ fn alert_rules_pass_promtool_and_the_chart_ships_the_same_rules() {
 /// Every alert has a series that fires it and one that must not (dashboards/alerts_test.yaml).
 #[test]
 fn every_alert_passes_its_promtool_unit_tests() {
-    let out = Command::new("promtool")
-        .args(["test", "rules"])
-        .arg(repo("dashboards/alerts_test.yaml"))
-        .output()
-        .expect("promtool is installed (Debian package prometheus)");
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    promtool(&["test", "rules"], "dashboards/alerts_test.yaml");
     let tests = std::fs::read_to_string(repo("dashboards/alerts_test.yaml")).unwrap();
-    for rule in rule_names() {
+    for rule in rule_field("alert") {
         assert!(
             tests.contains(&format!(
                 "alertname: {rule}\n        exp_alerts:\n          - "
@@ -116,7 +102,23 @@ fn every_alert_passes_its_promtool_unit_tests() {
     }
 }
 
-fn rule_names() -> Vec<String> {
+/// Runs promtool on a file of the repository and asserts it succeeds.
+fn promtool(args: &[&str], file: &str) {
+    let out = Command::new("promtool")
+        .args(args)
+        .arg(repo(file))
+        .output()
+        .expect("promtool is installed (Debian package prometheus)");
+    assert!(
+        out.status.success(),
+        "promtool {args:?} {file}:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// One field (`alert`, `expr`) of every rule in dashboards/alerts.yaml.
+fn rule_field(field: &str) -> Vec<String> {
     let rules: serde_yaml::Value =
         serde_yaml::from_str(&std::fs::read_to_string(repo("dashboards/alerts.yaml")).unwrap())
             .unwrap();
@@ -124,7 +126,7 @@ fn rule_names() -> Vec<String> {
         .as_sequence()
         .unwrap()
         .iter()
-        .map(|r| r["alert"].as_str().unwrap().to_string())
+        .map(|r| r[field].as_str().unwrap().to_string())
         .collect()
 }
 
@@ -162,18 +164,6 @@ fn dashboard_expressions() -> Vec<String> {
     exprs
 }
 
-fn rule_expressions() -> Vec<String> {
-    let rules: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(repo("dashboards/alerts.yaml")).unwrap())
-            .unwrap();
-    rules["groups"][0]["rules"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .map(|r| r["expr"].as_str().unwrap().to_string())
-        .collect()
-}
-
 #[test]
 fn every_dashboard_and_alert_expression_evaluates_against_real_data() {
     let mut broker = Broker::new();
@@ -188,7 +178,7 @@ fn every_dashboard_and_alert_expression_evaluates_against_real_data() {
     );
     let dashboard = dashboard_expressions();
     assert!(dashboard.len() >= 15, "{dashboard:?}");
-    let rules = rule_expressions();
+    let rules = rule_field("expr");
     assert_eq!(rules.len(), 7);
     let rt = runtime();
     rt.block_on(async {
@@ -346,19 +336,7 @@ fn the_config_the_chart_renders_with_another_port_is_accepted() {
         .expect("a ConfigMap");
     let doc: serde_yaml::Value = serde_yaml::from_str(config_map).unwrap();
     let config = doc["data"]["warmstore.yaml"].as_str().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("warmstore.yaml");
-    std::fs::write(&path, config).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_warmstore"))
-        .args(["check-config", "--config", path.to_str().unwrap()])
-        .env("WARMSTORE_BOOTSTRAP_SERVERS", "kafka:9092")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}\n{config}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_warmstore_accepts(config, "the config rendered with service.port=8080");
 }
 
 /// Both renders (defaults, every option on) pass strict schema validation for the oldest and newest
