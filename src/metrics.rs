@@ -247,6 +247,22 @@ impl Collector for BoardCollector {
                 histograms.extend(family.get_metric().iter().cloned());
             }
         }
+        // A store whose partitions cannot even be listed (its topic is missing, or Kafka refuses
+        // the connection) has no partition series: it shows as failed with empty topic and
+        // partition, so the failed-store alert fires for it as well.
+        for store in self.board.store_errors().into_keys() {
+            let labels = vec![
+                label("store", &store),
+                label("topic", ""),
+                label("partition", ""),
+                label("state", PartitionState::Failed.label()),
+            ];
+            samples.entry(Family::StoreState).or_default().push(sample(
+                labels,
+                MetricType::GAUGE,
+                1.0,
+            ));
+        }
         let mut families: Vec<MetricFamily> = samples
             .into_iter()
             .map(|(f, metrics)| {

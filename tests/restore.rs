@@ -267,6 +267,15 @@ fn a_missing_topic_fails_only_its_store() {
             "{names:?}"
         );
         assert!(!names.contains(&"good"));
+        // The store that cannot list its partitions is failed in the metrics too.
+        let scraped = warmstore::metrics::render(&warmstore::metrics::registry(
+            service.board.clone(),
+            10_000,
+        ));
+        assert!(
+            scraped.contains(r#"warmstore_store_state{store="whole-topic-missing",topic="",partition="",state="failed"} 1"#),
+            "{scraped}"
+        );
         service.stop().await;
     });
     for p in 0..2 {
