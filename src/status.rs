@@ -311,6 +311,14 @@ impl Board {
     }
 }
 
+/// `"; <cause>"` to append to a Kafka failure, or nothing when no cause is known.
+pub fn cause_suffix(cause: &Option<String>) -> String {
+    cause
+        .as_deref()
+        .map(|c| format!("; {c}"))
+        .unwrap_or_default()
+}
+
 /// One partition (or store) that keeps `/readyz` at 503, and why.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NotReady {

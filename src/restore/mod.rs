@@ -206,10 +206,10 @@ impl StoreSetup {
                     return Some(partitions);
                 }
                 Err(error) => {
-                    let error = match self.board.kafka_cause() {
-                        Some(cause) => format!("{error}; {cause}"),
-                        None => error.to_string(),
-                    };
+                    let error = format!(
+                        "{error}{}",
+                        crate::status::cause_suffix(&self.board.kafka_cause())
+                    );
                     let delay = policy::backoff(attempt);
                     attempt += 1;
                     tracing::warn!(store = %self.store.name, topic = %self.store.changelog, %error,

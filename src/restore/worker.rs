@@ -17,7 +17,7 @@ use super::slots::{Slot, Slots};
 use crate::changelog::{ChangelogConsumer, EngineContext};
 use crate::config::RestoreConfig;
 use crate::dirty::{LogBounds, WipeReason};
-use crate::status::{PartitionState, PartitionStatus};
+use crate::status::{cause_suffix, PartitionState, PartitionStatus};
 use crate::store::{OpenOutcome, Store, StoreError, StoreOptions, StorePaths, TopicPartition};
 
 const POLL_TIMEOUT: Duration = Duration::from_millis(100);
@@ -68,7 +68,7 @@ impl From<KafkaFailure> for Failure {
 /// wrong CA from a wrong password.
 #[derive(Debug, thiserror::Error)]
 enum KafkaFailure {
-    #[error("cannot read the offsets of {tp}: {source}{}", suffix(cause))]
+    #[error("cannot read the offsets of {tp}: {source}{}", cause_suffix(cause))]
     Offsets {
         tp: TopicPartition,
         source: KafkaError,
@@ -86,13 +86,6 @@ enum KafkaFailure {
         after: Option<i64>,
         source: KafkaError,
     },
-}
-
-fn suffix(cause: &Option<String>) -> String {
-    cause
-        .as_deref()
-        .map(|c| format!("; {c}"))
-        .unwrap_or_default()
 }
 
 /// Keeps the partition assigned in one lane while alive; unassigns on drop, on every exit path.
@@ -486,37 +479,36 @@ impl Worker {
                             m.timestamp().to_millis().or(batch.last_timestamp_ms);
                     }
                 }
-                Err(KafkaError::MessageConsumption(code)) => match policy::consume_error(code) {
-                    ConsumeError::OutOfRange => {
-                        batch.out_of_range = Some(format!(
-                            "fetch at offset {next} of {} is out of range (retention or compaction passed the store)",
-                            self.tp
-                        ));
-                        break;
-                    }
-                    ConsumeError::Fatal => {
-                        batch.kafka_failure = Some(KafkaFailure::Consume {
-                            tp: self.tp.clone(),
-                            after: *last_taken,
-                            source: KafkaError::MessageConsumption(code),
-                        });
-                        break;
-                    }
-                    ConsumeError::Transient => {
-                        tracing::warn!(store = %self.status.store, topic = %self.tp.topic,
-                            partition = self.tp.partition, error = %code, "fetch error; librdkafka retries");
-                    }
-                },
                 // Only if the user turned `enable.partition.eof` on; catch-up is decided from offsets.
                 Err(KafkaError::PartitionEOF(_)) => {}
-                // Any other error on the queue may also stand for records librdkafka dropped.
-                Err(other) => {
-                    batch.kafka_failure = Some(KafkaFailure::Consume {
-                        tp: self.tp.clone(),
-                        after: *last_taken,
-                        source: other,
-                    });
-                    break;
+                Err(error) => {
+                    // An error that is not a known fetch condition may stand for records
+                    // librdkafka dropped.
+                    let kind = match &error {
+                        KafkaError::MessageConsumption(code) => policy::consume_error(*code),
+                        _ => ConsumeError::Fatal,
+                    };
+                    match kind {
+                        ConsumeError::OutOfRange => {
+                            batch.out_of_range = Some(format!(
+                                "fetch at offset {next} of {} is out of range (retention or compaction passed the store)",
+                                self.tp
+                            ));
+                            break;
+                        }
+                        ConsumeError::Transient => {
+                            tracing::warn!(store = %self.status.store, topic = %self.tp.topic,
+                                partition = self.tp.partition, %error, "fetch error; librdkafka retries");
+                        }
+                        ConsumeError::Fatal => {
+                            batch.kafka_failure = Some(KafkaFailure::Consume {
+                                tp: self.tp.clone(),
+                                after: *last_taken,
+                                source: error,
+                            });
+                            break;
+                        }
+                    }
                 }
             }
             if batch.records as usize >= MAX_BATCH_RECORDS || store.uncommitted_bytes() >= budget {
