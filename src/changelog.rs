@@ -1,11 +1,13 @@
 //! The Kafka side: consumers with manual assignment. They never subscribe and never commit to
-//! Kafka; the stores hold the truth. librdkafka's statistics feed end and log-start offsets to the
-//! status board, so end offsets are refreshed without a request per partition.
+//! Kafka; the stores hold the truth. librdkafka's statistics feed end and log-start offsets to each
+//! partition's `Watermarks`, so end offsets are refreshed without a request per partition. The
+//! worker reads them there and publishes what it decided on to the status board, which only workers
+//! write and HTTP reads.
 //!
 //! Two consumers, one per kind of fetching. The tailing consumer holds every caught-up partition
 //! and long-polls (`fetch.wait.max.ms`), which keeps an idle standby cheap for the brokers. The
-//! loading consumer holds only the partitions catching up on their turn, which always have data
-//! to fetch, so it waits at most `LOADING_FETCH_WAIT_MS`. With one consumer for both, a partition
+//! catching-up consumer holds only the partitions catching up on their turn, which always have data
+//! to fetch, so it waits at most `CATCHING_UP_FETCH_WAIT_MS`. With one consumer for both, a partition
 //! given a turn waited for the outstanding long-poll over idle partitions before its first fetch:
 //! up to 100 ms per turn, which made a restore of many small partitions up to twice as slow with 4
 //! turns, and 4.5 times with 1 (docs/restore.md).
@@ -14,9 +16,10 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::{ClientContext, Statistics};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use crate::status::Board;
@@ -49,27 +52,99 @@ pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     ("fetch.wait.max.ms", "100"),
 ];
 
-/// Longest the loading consumer lets the broker wait for data (the user's `fetch.wait.max.ms`
+/// Longest the catching-up consumer lets the broker wait for data (the user's `fetch.wait.max.ms`
 /// applies if shorter). Its partitions are behind, so the broker rarely waits at all.
-pub const LOADING_FETCH_WAIT_MS: u32 = 10;
+pub const CATCHING_UP_FETCH_WAIT_MS: u32 = 10;
 
 /// Which consumer a context serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     Tailing,
-    Loading,
+    CatchingUp,
 }
 
-/// Routes librdkafka's statistics and errors into the status board.
+/// The log's offsets for one store partition, as the statistics of the consumer fetching it last
+/// reported them, with the broker's answer at open as the starting point.
+#[derive(Debug)]
+pub struct Watermarks {
+    end_offset: AtomicI64,
+    log_start: AtomicI64,
+    /// Which consumer fetches the partition now: only its statistics are fresh.
+    catching_up: AtomicBool,
+}
+
+impl Watermarks {
+    fn new() -> Self {
+        Watermarks {
+            end_offset: AtomicI64::new(-1),
+            log_start: AtomicI64::new(-1),
+            catching_up: AtomicBool::new(false),
+        }
+    }
+
+    /// The end offset (the last stable offset under `read_committed`); -1 before any is known.
+    pub fn end_offset(&self) -> i64 {
+        self.end_offset.load(Relaxed)
+    }
+
+    pub fn log_start(&self) -> i64 {
+        self.log_start.load(Relaxed)
+    }
+
+    /// Offsets asked of the broker directly (at open, before a wipe).
+    pub fn set(&self, log_start: i64, end_offset: i64) {
+        self.log_start.store(log_start, Relaxed);
+        self.end_offset.store(end_offset, Relaxed);
+    }
+
+    pub fn set_catching_up(&self, catching_up: bool) {
+        self.catching_up.store(catching_up, Relaxed);
+    }
+}
+
+/// The cells of one topic partition: two stores may read one changelog.
+type CellsOf = Vec<Arc<Watermarks>>;
+
+/// Every partition's `Watermarks`, by topic and partition.
+#[derive(Debug, Default)]
+pub struct WatermarkCells {
+    cells: RwLock<HashMap<(String, i32), CellsOf>>,
+}
+
+impl WatermarkCells {
+    /// A new cell for one store partition, fed from now on.
+    pub fn register(&self, topic: &str, partition: i32) -> Arc<Watermarks> {
+        let cell = Arc::new(Watermarks::new());
+        if let Ok(mut cells) = self.cells.write() {
+            cells
+                .entry((topic.to_string(), partition))
+                .or_default()
+                .push(cell.clone());
+        }
+        cell
+    }
+
+    fn find(&self, topic: &str, partition: i32) -> Vec<Arc<Watermarks>> {
+        self.cells
+            .read()
+            .ok()
+            .and_then(|cells| cells.get(&(topic.to_string(), partition)).cloned())
+            .unwrap_or_default()
+    }
+}
+
+/// Routes librdkafka's statistics to the partitions' watermarks, and its errors to the status
+/// board.
 pub struct EngineContext {
     board: Arc<Board>,
+    watermarks: Arc<WatermarkCells>,
     read_committed: bool,
     role: Role,
 }
 
 impl ClientContext for EngineContext {
     fn stats(&self, statistics: Statistics) {
-        // The loading consumer is idle between restores and may hold no connection then.
+        // The catching-up consumer is idle between restores and may hold no connection then.
         if self.role == Role::Tailing {
             let states: Vec<(String, String)> = statistics
                 .brokers
@@ -90,15 +165,15 @@ impl ClientContext for EngineContext {
                     p.hi_offset
                 };
                 // Only the consumer fetching the partition now has fresh offsets for it.
-                for status in self.board.find(&topic, partition) {
-                    if status.loading.load(Relaxed) != (self.role == Role::Loading) {
+                for cell in self.watermarks.find(&topic, partition) {
+                    if cell.catching_up.load(Relaxed) != (self.role == Role::CatchingUp) {
                         continue;
                     }
                     if end >= 0 {
-                        status.end_offset.store(end, Relaxed);
+                        cell.end_offset.store(end, Relaxed);
                     }
                     if p.lo_offset >= 0 {
-                        status.log_start.store(p.lo_offset, Relaxed);
+                        cell.log_start.store(p.lo_offset, Relaxed);
                     }
                 }
             }
@@ -168,23 +243,36 @@ pub fn client_config(kafka: &BTreeMap<String, String>) -> ClientConfig {
     config
 }
 
-/// The tailing and the loading consumer, in that order (see the module's doc).
+/// The tailing and the catching-up consumer, in that order (see the module's doc).
 pub fn create_consumers(
     kafka: &BTreeMap<String, String>,
     board: Arc<Board>,
+    watermarks: Arc<WatermarkCells>,
 ) -> Result<(Arc<ChangelogConsumer>, Arc<ChangelogConsumer>), KafkaError> {
-    let tailing = create_consumer(client_config(kafka), board.clone(), Role::Tailing)?;
-    let loading = create_consumer(loading_config(kafka), board, Role::Loading)?;
-    Ok((tailing, loading))
+    let tailing = create_consumer(
+        client_config(kafka),
+        board.clone(),
+        watermarks.clone(),
+        Role::Tailing,
+    )?;
+    let catching_up = create_consumer(
+        catching_up_config(kafka),
+        board,
+        watermarks,
+        Role::CatchingUp,
+    )?;
+    Ok((tailing, catching_up))
 }
 
-/// The loading consumer's config: the same, with a short fetch wait.
-pub fn loading_config(kafka: &BTreeMap<String, String>) -> ClientConfig {
+/// The catching-up consumer's config: the same, with a short fetch wait.
+pub fn catching_up_config(kafka: &BTreeMap<String, String>) -> ClientConfig {
     let mut config = client_config(kafka);
     let wait = config
         .get("fetch.wait.max.ms")
         .and_then(|v| v.parse::<u32>().ok())
-        .map_or(LOADING_FETCH_WAIT_MS, |w| w.min(LOADING_FETCH_WAIT_MS));
+        .map_or(CATCHING_UP_FETCH_WAIT_MS, |w| {
+            w.min(CATCHING_UP_FETCH_WAIT_MS)
+        });
     config.set("fetch.wait.max.ms", wait.to_string());
     config
 }
@@ -192,11 +280,13 @@ pub fn loading_config(kafka: &BTreeMap<String, String>) -> ClientConfig {
 fn create_consumer(
     config: ClientConfig,
     board: Arc<Board>,
+    watermarks: Arc<WatermarkCells>,
     role: Role,
 ) -> Result<Arc<ChangelogConsumer>, KafkaError> {
     let read_committed = config.get("isolation.level") != Some("read_uncommitted");
     let consumer = config.create_with_context(EngineContext {
         board,
+        watermarks,
         read_committed,
         role,
     })?;
@@ -302,10 +392,10 @@ mod tests {
     }
 
     #[test]
-    fn the_loading_consumer_waits_briefly_unless_the_user_asked_for_less() {
+    fn the_catching_up_consumer_waits_briefly_unless_the_user_asked_for_less() {
         let mut kafka = BTreeMap::new();
         let wait = |kafka: &BTreeMap<String, String>| {
-            loading_config(kafka)
+            catching_up_config(kafka)
                 .get("fetch.wait.max.ms")
                 .map(str::to_string)
         };

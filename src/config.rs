@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::dirty::UncleanPolicy;
-use crate::store::options::{SharedMemtables, DEFAULT_TOTAL_WRITE_BUFFER};
+use crate::store::options::{
+    SharedBlockCache, SharedMemtables, DEFAULT_BLOCK_CACHE, DEFAULT_TOTAL_WRITE_BUFFER,
+};
 use crate::store::{RocksDbOverrides, StoreOptions};
 use crate::units::{ByteSize, HumanDuration};
 
@@ -62,7 +64,7 @@ pub struct RestoreConfig {
     /// RocksDB's write-ahead log; off as in Kafka Streams.
     pub wal: bool,
     /// Turns of memory for partitions catching up: a turn is the memtable budget over this count,
-    /// and a catch-up smaller than that takes part of one (`restore::slots`). Tailing needs none.
+    /// and a catch-up smaller than that takes part of one (`restore::turns`). Tailing needs none.
     pub max_parallel_restores: usize,
 }
 
@@ -273,6 +275,11 @@ impl Config {
             wal: self.restore.wal,
             flush_interval: self.restore.flush_interval,
             memtables: Some(SharedMemtables::new(self.memtable_budget())),
+            block_cache: Some(SharedBlockCache::new(
+                self.rocksdb
+                    .block_cache_size
+                    .map_or(DEFAULT_BLOCK_CACHE, |b| b.0),
+            )),
         }
     }
 

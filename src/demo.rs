@@ -172,12 +172,10 @@ fn demo_config(bootstrap: String, state_dir: &Path, listen: SocketAddr) -> Confi
 
 /// Every store equals the model exactly.
 fn verify(state_dir: &Path, model: &Model) -> Result<u64, String> {
-    let logs = std::env::temp_dir().join(format!("warmstore-demo-logs-{}", std::process::id()));
-    std::fs::create_dir_all(&logs).map_err(|e| e.to_string())?;
     let mut keys = 0;
     for (partition, expected) in model.iter().enumerate() {
         let dir = StorePaths::new(state_dir, STORE, partition as i32).db;
-        let db = open_read_only(&dir, &logs).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let db = open_read_only(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let mut found = 0;
         for item in db.iterator(rocksdb::IteratorMode::Start) {
             let (k, v) = item.map_err(|e| e.to_string())?;
@@ -197,7 +195,6 @@ fn verify(state_dir: &Path, model: &Model) -> Result<u64, String> {
         }
         keys += found as u64;
     }
-    let _ = std::fs::remove_dir_all(&logs);
     Ok(keys)
 }
 

@@ -2,7 +2,6 @@
 
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::store::format::{decode_i64, OFFSETS_CF, STATUS_KEY};
@@ -35,20 +34,15 @@ pub fn inspect(dir: &Path) -> Result<Report, InspectError> {
     if !dir.join("CURRENT").is_file() {
         return Err(not_a_store("it has no RocksDB CURRENT file".into()));
     }
-    let log_dir = std::env::temp_dir().join(format!("warmstore-inspect-{}", std::process::id()));
-    fs::create_dir_all(&log_dir)
-        .map_err(|e| not_a_store(format!("cannot create {}: {e}", log_dir.display())))?;
-    let result = read_report(dir, &log_dir).map_err(not_a_store);
-    let _ = fs::remove_dir_all(&log_dir);
-    result
+    read_report(dir).map_err(not_a_store)
 }
 
-fn read_report(dir: &Path, log_dir: &Path) -> Result<Report, String> {
+fn read_report(dir: &Path) -> Result<Report, String> {
     // Beside a running service, a compaction can delete a table file between reading the MANIFEST
     // and opening the file; a second look sees the new MANIFEST.
     let mut attempt = 0;
     let db = loop {
-        match open_read_only(dir, log_dir) {
+        match open_read_only(dir) {
             Ok(db) => break db,
             Err(_) if attempt < 5 => {
                 attempt += 1;

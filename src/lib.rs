@@ -8,6 +8,7 @@
 pub mod changelog;
 pub mod config;
 pub mod demo;
+pub mod descriptors;
 pub mod dirty;
 pub mod http;
 pub mod inspect;

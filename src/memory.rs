@@ -1,4 +1,4 @@
-//! The allocator. A restore allocates in waves: a loading partition fills a memtable, a write
+//! The allocator. A restore allocates in waves: a catching-up partition fills a memtable, a write
 //! batch and librdkafka's prefetch queue, then frees them all when it catches up, and the next
 //! partition starts over. glibc keeps freed memory for reuse, so without help the process stays at
 //! the size of its largest wave for good, and the gaps between long-lived allocations grow with the

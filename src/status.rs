@@ -75,8 +75,8 @@ pub struct PartitionStatus {
     pub last_record_ts_ms: AtomicI64,
     /// Behind, but waiting for its turn (`max_parallel_restores`): no progress is expected yet.
     pub waiting: AtomicBool,
-    /// Fetched by the loading consumer (it holds a turn), not the tailing one.
-    pub loading: AtomicBool,
+    /// Fetched by the catching-up consumer (it holds a turn), not the tailing one.
+    pub catching_up: AtomicBool,
     /// Commit latency, labelled like the other per-partition metrics.
     pub commit_seconds: prometheus::Histogram,
     pub estimated_keys: AtomicU64,
@@ -107,7 +107,7 @@ impl PartitionStatus {
             rate_bits: AtomicU64::new(0f64.to_bits()),
             last_record_ts_ms: AtomicI64::new(-1),
             waiting: AtomicBool::new(false),
-            loading: AtomicBool::new(false),
+            catching_up: AtomicBool::new(false),
             commit_seconds: commit_histogram(store, topic, partition),
             estimated_keys: AtomicU64::new(0),
             disk_bytes: AtomicU64::new(0),
@@ -259,13 +259,6 @@ impl Board {
                 (r + p.records.load(Relaxed), b + p.bytes.load(Relaxed))
             });
         (records > 0).then(|| bytes as f64 / records as f64)
-    }
-
-    pub fn find(&self, topic: &str, partition: i32) -> Vec<Arc<PartitionStatus>> {
-        self.partitions()
-            .into_iter()
-            .filter(|p| p.topic == topic && p.partition == partition)
-            .collect()
     }
 
     pub fn set_store_error(&self, store: &str, error: Option<String>) {

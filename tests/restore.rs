@@ -347,7 +347,7 @@ struct Turns {
     most_loading: usize,
     saw_waiting: bool,
     waiting_after_catch_up: bool,
-    /// Partitions still fetched by the loading consumer once all were caught up.
+    /// Partitions still fetched by the catching-up consumer once all were caught up.
     loading_after_catch_up: usize,
 }
 
@@ -405,7 +405,7 @@ fn restore_with_one_turn(
                 .board
                 .partitions()
                 .iter()
-                .filter(|p| p.loading.load(Relaxed))
+                .filter(|p| p.catching_up.load(Relaxed))
                 .count();
             broker.produce_changelog(topic, 4, 400, 6);
             let ends: Vec<i64> = (0..4).map(|p| broker.watermarks(topic, p).1).collect();

@@ -1,8 +1,9 @@
 //! The restore engine: every configured store partition consumed into its own store, resumed from
 //! the offset inside the store, rebuilt when dirty, then tailed as a warm standby.
 
+pub mod phase;
 pub mod policy;
-mod slots;
+mod turns;
 mod worker;
 
 use std::sync::atomic::AtomicBool;
@@ -11,11 +12,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::changelog::{self, ChangelogConsumer};
+use crate::changelog::{self, ChangelogConsumer, WatermarkCells};
 use crate::config::{Config, StoreConfig};
 use crate::status::{Board, PartitionStatus};
 use crate::store::{StoreOptions, StorePaths, TopicPartition};
-use worker::{Lane, Worker};
+use worker::{LaneQueue, Worker};
 
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -38,16 +39,28 @@ impl Engine {
     pub fn start(config: &Config, board: Arc<Board>) -> Result<Engine, EngineError> {
         let options = config.store_options();
         options.warn_about_ignored_settings();
-        let (tailing, loading) = changelog::create_consumers(&config.kafka, board.clone())?;
+        let descriptor_limit = match crate::descriptors::raise_limit() {
+            Ok(limit) => {
+                tracing::info!(limit, "open files limit");
+                Some(limit)
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot read the open files limit");
+                None
+            }
+        };
+        let watermarks = Arc::new(WatermarkCells::default());
+        let (tailing, catching_up) =
+            changelog::create_consumers(&config.kafka, board.clone(), watermarks.clone())?;
         let stop = Arc::new(AtomicBool::new(false));
-        let turns = config.restore.max_parallel_restores;
-        let slots = slots::Slots::new(turns, config.memtable_budget() / turns.max(1) as u64);
+        let count = config.restore.max_parallel_restores;
+        let turns = turns::Turns::new(count, config.memtable_budget() / count.max(1) as u64);
         let mut threads = Vec::new();
         board.restore_alive.store(true, Relaxed);
 
         // The main queues must be polled to serve statistics and error callbacks; records arrive
         // on the per-partition queues instead.
-        for (name, consumer) in [("kafka-poll", &tailing), ("kafka-poll-load", &loading)] {
+        for (name, consumer) in [("kafka-poll", &tailing), ("kafka-catch-up", &catching_up)] {
             let (c, s) = (consumer.clone(), stop.clone());
             threads.push(spawn(name, &board, move || {
                 while !s.load(Relaxed) {
@@ -63,10 +76,12 @@ impl Engine {
                 store: store.clone(),
                 config: config.clone(),
                 tailing: tailing.clone(),
-                loading: loading.clone(),
+                catching_up: catching_up.clone(),
                 board: board.clone(),
                 stop: stop.clone(),
-                slots: slots.clone(),
+                turns: turns.clone(),
+                watermarks: watermarks.clone(),
+                descriptor_limit,
                 options: options.clone(),
             };
             threads.push(spawn(
@@ -128,10 +143,13 @@ struct StoreSetup {
     store: StoreConfig,
     config: Config,
     tailing: Arc<ChangelogConsumer>,
-    loading: Arc<ChangelogConsumer>,
+    catching_up: Arc<ChangelogConsumer>,
     board: Arc<Board>,
     stop: Arc<AtomicBool>,
-    slots: Arc<slots::Slots>,
+    turns: Arc<turns::Turns>,
+    watermarks: Arc<WatermarkCells>,
+    /// The process's soft limit on open files, if it could be read.
+    descriptor_limit: Option<u64>,
     options: StoreOptions,
 }
 
@@ -154,12 +172,13 @@ impl StoreSetup {
             // Split before assigning, so no record of this partition reaches a main queue.
             let lane = |consumer: &Arc<ChangelogConsumer>| {
                 let queue = consumer.split_partition_queue(&tp.topic, partition)?;
-                Some(Lane {
+                Some(LaneQueue {
                     consumer: consumer.clone(),
                     queue,
                 })
             };
-            let (Some(tailing), Some(loading)) = (lane(&self.tailing), lane(&self.loading)) else {
+            let (Some(tailing), Some(catching_up)) = (lane(&self.tailing), lane(&self.catching_up))
+            else {
                 status.set_state(
                     crate::status::PartitionState::Failed,
                     Some(format!("cannot create a queue for {tp}")),
@@ -167,8 +186,9 @@ impl StoreSetup {
                 continue;
             };
             let worker = Worker {
+                watermarks: self.watermarks.register(&tp.topic, partition),
                 tailing,
-                loading,
+                catching_up,
                 status,
                 board: self.board.clone(),
                 tp,
@@ -176,7 +196,7 @@ impl StoreSetup {
                 options: self.options.clone(),
                 restore: self.config.restore.clone(),
                 stop: self.stop.clone(),
-                slots: self.slots.clone(),
+                turns: self.turns.clone(),
             };
             match spawn(
                 &format!("{}-{partition}", self.store.name),
@@ -189,8 +209,29 @@ impl StoreSetup {
                 }
             }
         }
+        self.check_descriptors();
         for worker in workers {
             let _ = worker.join();
+        }
+    }
+
+    /// Warns when the stores known so far may need more descriptors than the process may open.
+    fn check_descriptors(&self) {
+        let max_open_files = self
+            .options
+            .rocksdb
+            .max_open_files
+            .unwrap_or(crate::store::options::DEFAULT_MAX_OPEN_FILES);
+        let partitions = self.board.partition_count() as u64;
+        let (Some(limit), Some(per_store)) = (
+            self.descriptor_limit,
+            crate::descriptors::per_store(max_open_files),
+        ) else {
+            return;
+        };
+        if let Some(missing) = crate::descriptors::shortfall(partitions, per_store, limit) {
+            tracing::warn!(partitions, per_store, limit, missing,
+                "the open stores may need more file descriptors than the process may open; raise the limit (ulimit -n) or lower rocksdb.max_open_files");
         }
     }
 

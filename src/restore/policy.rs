@@ -62,7 +62,7 @@ pub fn needs_turn(position: i64, end_offset: i64, ready_max_lag: u64) -> bool {
     lag(position, end_offset) as u64 > ready_max_lag
 }
 
-/// The smallest part of a turn a catch-up takes, however small: each loading partition also costs
+/// The smallest part of a turn a catch-up takes, however small: each catching-up partition also costs
 /// fetch state and a thread's working memory, and without a floor thousands of tiny catch-ups would
 /// all load at once.
 pub const MIN_TURN_PARTS: u64 = 16;
@@ -77,7 +77,7 @@ pub const HELD_PER_RECORD: f64 = 80.0;
 /// Bytes of the turns' budget a catch-up of `records` takes: the memory it is expected to hold,
 /// between `1 / MIN_TURN_PARTS` of a turn and a full turn. Without a record size to go by yet
 /// (nothing of the topic taken so far) it takes a full turn, and gives back what it does not need
-/// once its first records show their size (`Slot::resize`).
+/// once its first records show their size (`Turn::resize`).
 pub fn turn_weight(records: i64, bytes_per_record: Option<f64>, turn_bytes: u64) -> u64 {
     let floor = turn_bytes / MIN_TURN_PARTS;
     match bytes_per_record.filter(|b| b.is_finite() && *b >= 0.0) {

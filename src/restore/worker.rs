@@ -12,9 +12,10 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::phase::{self, Event, Phase, Transition};
 use super::policy::{self, ConsumeError, Pending};
-use super::slots::{Slot, Slots};
-use crate::changelog::{ChangelogConsumer, EngineContext};
+use super::turns::{Turn, Turns};
+use crate::changelog::{ChangelogConsumer, EngineContext, Watermarks};
 use crate::config::RestoreConfig;
 use crate::dirty::{LogBounds, WipeReason};
 use crate::status::{cause_suffix, PartitionState, PartitionStatus};
@@ -25,18 +26,18 @@ const WATERMARK_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bookkeeping (commit decision, status update) happens at least this often in records.
 const MAX_BATCH_RECORDS: usize = 10_000;
 const PROPERTIES_EVERY: Duration = Duration::from_secs(5);
-/// Longest a catching-up partition keeps commits unflushed (the configured bound applies if tighter).
-const RESTORING_FLUSH_BOUND: Duration = Duration::from_secs(5);
 
 /// One consumer and this partition's queue in it (`changelog` explains the two consumers).
-pub struct Lane {
+pub struct LaneQueue {
     pub consumer: Arc<ChangelogConsumer>,
     pub queue: PartitionQueue<EngineContext>,
 }
 
 pub struct Worker {
-    pub tailing: Lane,
-    pub loading: Lane,
+    pub tailing: LaneQueue,
+    pub catching_up: LaneQueue,
+    /// Where the worker learns the log's offsets; `status` is only where it reports.
+    pub watermarks: Arc<Watermarks>,
     pub status: Arc<PartitionStatus>,
     pub board: Arc<crate::status::Board>,
     pub tp: TopicPartition,
@@ -44,7 +45,7 @@ pub struct Worker {
     pub options: StoreOptions,
     pub restore: RestoreConfig,
     pub stop: Arc<AtomicBool>,
-    pub slots: Arc<Slots>,
+    pub turns: Arc<Turns>,
 }
 
 /// How a restore attempt ended badly. Kafka trouble leaves the store healthy (it is closed cleanly
@@ -55,6 +56,16 @@ enum Failure {
     Kafka(Box<KafkaFailure>),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+impl Failure {
+    /// The phase machine's event for this failure.
+    fn event(&self) -> Event {
+        match self {
+            Failure::Kafka(_) => Event::KafkaFailed,
+            Failure::Store(_) => Event::StoreFailed,
+        }
+    }
 }
 
 impl From<KafkaFailure> for Failure {
@@ -90,12 +101,12 @@ enum KafkaFailure {
 
 /// Keeps the partition assigned in one lane while alive; unassigns on drop, on every exit path.
 struct Assignment<'a> {
-    lane: &'a Lane,
+    lane: &'a LaneQueue,
     list: TopicPartitionList,
 }
 
 impl<'a> Assignment<'a> {
-    fn new(lane: &'a Lane, tp: &TopicPartition, offset: i64) -> Result<Self, Failure> {
+    fn new(lane: &'a LaneQueue, tp: &TopicPartition, offset: i64) -> Result<Self, Failure> {
         let assign = |source| KafkaFailure::Assign {
             tp: tp.clone(),
             source,
@@ -114,13 +125,31 @@ impl Drop for Assignment<'_> {
     }
 }
 
+/// What one attempt carries from step to step besides the store.
+struct Run<'a> {
+    /// The offset to take next: the store's position in the log.
+    next: i64,
+    /// Offset of the last record taken from the log (applied or skipped), committed or not.
+    last_taken: Option<i64>,
+    assignment: Option<Assignment<'a>>,
+    turn: Option<Turn>,
+    /// Whether the turn was resized to the catch-up's record size yet.
+    turn_sized: bool,
+    /// Where the current catch-up started, and the end offset it started towards.
+    catch_up: (i64, i64),
+    last_commit: Instant,
+    last_batch: Instant,
+    last_properties: Instant,
+}
+
 /// What the message loop saw in one batch.
 #[derive(Default)]
 struct Batch {
     records: u64,
     bytes: u64,
     null_keys: u64,
-    out_of_range: Option<String>,
+    /// The next offset is no longer in the log (retention or compaction passed the store).
+    out_of_range: bool,
     /// The partition cannot be consumed: topic or partition gone, or a batch librdkafka could not
     /// decode (which it would skip).
     kafka_failure: Option<KafkaFailure>,
@@ -176,6 +205,7 @@ impl Worker {
                 source,
                 cause: self.board.kafka_cause(),
             })?;
+        self.watermarks.set(low, high);
         self.status.log_start.store(low, Relaxed);
         self.status.end_offset.store(high, Relaxed);
         Ok(LogBounds {
@@ -209,224 +239,295 @@ impl Worker {
         self.restore_loop(store, bounds)
     }
 
+    /// Runs the partition's phase machine (`phase`) from an open store until it closes or fails:
+    /// each pass of the loop performs one phase's step, which reports an event, and the transition
+    /// the event leads to.
     fn restore_loop(&self, store: Store, bounds: LogBounds) -> Result<(), Failure> {
-        let status = &self.status;
-        let mut next = store.applied().map_or(bounds.log_start, |a| a + 1);
-        // Offset of the last record taken from the log (applied or skipped), committed or not.
-        let mut last_taken = store.applied();
-        let mut last_commit = Instant::now();
-        let mut last_batch = Instant::now();
-        let mut last_properties = Instant::now() - PROPERTIES_EVERY;
-        let mut was_caught_up = false;
-        let mut first_catch_up_flushed = false;
-        let mut turn_sized = false;
-        status.applied.store(store.applied().unwrap_or(-1), Relaxed);
-        status.position.store(next, Relaxed);
-        status.catchup_from.store(next, Relaxed);
-        status.catchup_target.store(bounds.high_watermark, Relaxed);
-        status.set_state(PartitionState::Restoring, None);
-        let Some(mut slot) = self.turn_if_needed(next, bounds.high_watermark) else {
-            return self.finish(store, last_taken);
+        let mut store = store;
+        let mut run = Run {
+            next: store.applied().map_or(bounds.log_start, |a| a + 1),
+            last_taken: store.applied(),
+            assignment: None,
+            turn: None,
+            turn_sized: false,
+            catch_up: (-1, -1),
+            last_commit: Instant::now(),
+            last_batch: Instant::now(),
+            last_properties: Instant::now() - PROPERTIES_EVERY,
         };
-        let (mut assignment, mut store) = self.assign(slot.is_some(), next, store, last_taken)?;
-
-        while !self.stop.load(Relaxed) {
-            // This partition's share of `max_uncommitted_bytes`, over the partitions known now: a
-            // store without a partition list only learns its count from the broker.
-            let budget = policy::partition_budget(
-                self.restore.max_uncommitted_bytes,
-                self.board.partition_count(),
-            );
-            let batch = self.take_batch(
-                assignment.lane,
-                &mut store,
-                &mut next,
-                &mut last_taken,
-                budget,
-            );
-            if let Some(failure) = batch.kafka_failure {
-                drop(assignment);
-                self.finish(store, last_taken)?;
-                return Err(failure.into());
+        self.status
+            .applied
+            .store(store.applied().unwrap_or(-1), Relaxed);
+        self.start_catch_up(&mut run, bounds.high_watermark);
+        let opened = phase::opened(policy::needs_turn(
+            run.next,
+            bounds.high_watermark,
+            self.restore.ready_max_lag,
+        ));
+        let mut phase = opened.to;
+        let mut transition = Some(opened);
+        let mut failure = None;
+        loop {
+            if let Some(t) = transition.take() {
+                phase = t.to;
+                if let Err(f) = self.perform(&mut run, &mut store, t) {
+                    transition = phase.on(f.event());
+                    failure = Some(f);
+                    continue;
+                }
             }
-            if let Some(detail) = batch.out_of_range {
-                drop(assignment);
-                status.set_state(PartitionState::Wiping, None);
-                let bounds = match self.bounds() {
-                    Ok(bounds) => bounds,
-                    Err(failure) => {
-                        self.finish(store, last_taken)?;
-                        return Err(failure);
+            let step = match phase {
+                Phase::Closing => {
+                    drop(run.assignment.take());
+                    self.finish(store, run.last_taken)?;
+                    return failure.map_or(Ok(()), Err);
+                }
+                Phase::Dropped => return failure.map_or(Ok(()), Err),
+                _ if self.stop.load(Relaxed) => Ok(Some(Event::StopRequested)),
+                Phase::Waiting => Ok(Some(self.wait_for_turn(&mut run))),
+                Phase::Wiping { .. } => match self.wiping_bounds() {
+                    Ok(bounds) => {
+                        // A wipe that fails leaves no store to close: the attempt ends here, as
+                        // the machine's `Dropped` would end it.
+                        store = self.wipe(store, &mut run, bounds)?;
+                        Ok(Some(Event::Positioned {
+                            far_behind: policy::needs_turn(
+                                run.next,
+                                bounds.high_watermark,
+                                self.restore.ready_max_lag,
+                            ),
+                        }))
                     }
-                };
-                store = store.wipe(WipeReason::OffsetOutOfRange, &detail)?;
-                status.count_wipe(WipeReason::OffsetOutOfRange);
-                next = bounds.log_start;
-                last_taken = None;
-                was_caught_up = false;
-                first_catch_up_flushed = false;
-                turn_sized = false;
-                status.applied.store(-1, Relaxed);
-                status.catchup_from.store(next, Relaxed);
-                status.catchup_target.store(bounds.high_watermark, Relaxed);
-                status.set_state(PartitionState::Restoring, None);
-                if slot.is_none() {
-                    let Some(acquired) = self.turn_if_needed(next, bounds.high_watermark) else {
-                        return self.finish(store, last_taken);
-                    };
-                    slot = acquired;
+                    Err(f) => Err(f),
+                },
+                Phase::CatchingUp { .. } | Phase::Tailing => {
+                    self.fetch(&mut run, &mut store, phase)
                 }
-                (assignment, store) = self.assign(slot.is_some(), next, store, last_taken)?;
-                continue;
-            }
-
-            // Markers are never delivered; when idle, the consumer's own position moves past them.
-            if batch.records == 0 && batch.null_keys == 0 {
-                if let Some(position) = consumer_position(assignment.lane, &self.tp) {
-                    next = next.max(position);
-                }
-            }
-            let end = status.end_offset.load(Relaxed);
-            let caught_up = policy::caught_up(next, end);
-            if was_caught_up && !caught_up {
-                status.catchup_from.store(next, Relaxed);
-                status.catchup_target.store(end, Relaxed);
-            }
-            let pending = Pending {
-                dirty: last_taken > store.applied(),
-                uncommitted_bytes: store.uncommitted_bytes(),
-                since_last_commit: last_commit.elapsed(),
-                just_caught_up: caught_up && !was_caught_up,
             };
-            if let (Some(_), Some(offset)) = (
-                policy::commit_due(pending, self.restore.commit_interval, budget),
-                last_taken,
-            ) {
-                let started = Instant::now();
-                store.commit(offset)?;
-                status
-                    .commit_seconds
-                    .observe(started.elapsed().as_secs_f64());
-                status.commits.fetch_add(1, Relaxed);
-                status.applied.store(offset, Relaxed);
-                last_commit = Instant::now();
-            }
-            // The first catch-up after open (or a wipe) is made durable at once. Otherwise, with the
-            // WAL off, a process killed again and again before the time-bound flush would restart
-            // every restore from scratch. Later catch-ups rely on the time bound.
-            if caught_up && !first_catch_up_flushed {
-                store.flush()?;
-                first_catch_up_flushed = true;
-            }
-            // While catching up, progress is flushed at least every few seconds: a process killed
-            // again and again mid-restore (an OOM loop, a crash loop) still moves forward.
-            let now = Instant::now();
-            let bound = if caught_up {
-                self.options.flush_interval
-            } else {
-                RESTORING_FLUSH_BOUND
+            transition = match step {
+                Ok(event) => event.and_then(|e| phase.on(e)),
+                Err(f) => {
+                    let t = phase.on(f.event());
+                    failure = Some(f);
+                    t
+                }
             };
-            store.maybe_flush_within(now, bound)?;
-
-            status.records.fetch_add(batch.records, Relaxed);
-            status.bytes.fetch_add(batch.bytes, Relaxed);
-            status.null_keys.fetch_add(batch.null_keys, Relaxed);
-            // The first records of a catch-up show what its size means in memory: the turn is
-            // resized to it, and what it took beyond that goes to the partitions waiting.
-            if let (Some(slot), false, true) = (slot.as_mut(), turn_sized, batch.records > 0) {
-                slot.resize(policy::turn_weight(
-                    status.catchup_target.load(Relaxed) - status.catchup_from.load(Relaxed),
-                    Some(batch.bytes as f64 / batch.records as f64),
-                    self.slots.turn_bytes,
-                ));
-                turn_sized = true;
-            }
-            status.position.store(next, Relaxed);
-            let rate = policy::smooth_rate(
-                status.rate(),
-                batch.records + batch.null_keys,
-                now - last_batch,
-            );
-            status.rate_bits.store(rate.to_bits(), Relaxed);
-            last_batch = now;
-            if (caught_up && !was_caught_up) || now - last_properties >= PROPERTIES_EVERY {
-                status.estimated_keys.store(store.estimated_keys(), Relaxed);
-                status.disk_bytes.store(store.disk_bytes(), Relaxed);
-                last_properties = now;
-            }
-            // While no broker is reachable the partition is failed, visibly; librdkafka reconnects
-            // with its own backoff, and the partition resumes where it was without a restart.
-            if let Some(outage) = self.board.kafka_outage() {
-                if status.error().as_deref() != Some(outage.as_str()) {
-                    status.set_state(PartitionState::Failed, Some(outage));
-                }
-            } else {
-                let state = if caught_up {
-                    PartitionState::CaughtUp
-                } else {
-                    PartitionState::Restoring
-                };
-                if state != status.state() {
-                    status.set_state(state, None);
-                }
-            }
-            // Tailing needs no turn: the next partition waiting to catch up takes it (after the
-            // status above says this one is done), and this one moves to the tailing consumer.
-            // Its restore buffers are gone by now.
-            if caught_up && slot.take().is_some() {
-                (assignment, store) = self.assign(false, next, store, last_taken)?;
-                crate::memory::release_free();
-            }
-            was_caught_up = caught_up;
         }
-
-        drop(assignment);
-        self.finish(store, last_taken)
     }
 
-    /// Waits for a turn to catch up when the partition is further behind than `ready_max_lag`
-    /// (`policy::needs_turn`). `Some(Some(slot))`: the turn, held until caught up; `Some(None)`: no
-    /// turn needed; `None`: stopped while waiting.
-    fn turn_if_needed(&self, next: i64, end: i64) -> Option<Option<Slot>> {
-        if !policy::needs_turn(next, end, self.restore.ready_max_lag) {
-            return Some(None);
+    /// Marks the start of a catch-up at the current position: at open, after a wipe, and when a
+    /// tailing partition falls behind. Progress is measured against the end offset seen now.
+    fn start_catch_up(&self, run: &mut Run, end: i64) {
+        run.catch_up = (run.next, end);
+        self.status.position.store(run.next, Relaxed);
+        self.status.catchup_from.store(run.next, Relaxed);
+        self.status.catchup_target.store(end, Relaxed);
+        self.status.set_state(PartitionState::Restoring, None);
+    }
+
+    /// Does what a transition asks for, in order: leave the lane, give the turn back, flush, join
+    /// the next lane.
+    fn perform<'a>(
+        &'a self,
+        run: &mut Run<'a>,
+        store: &mut Store,
+        t: Transition,
+    ) -> Result<(), Failure> {
+        if t.unassign {
+            drop(run.assignment.take());
         }
+        if t.release_turn {
+            drop(run.turn.take());
+            run.turn_sized = false;
+        }
+        if t.flush {
+            store.flush()?;
+        }
+        if let Some(lane) = t.assign {
+            drop(run.assignment.take());
+            let catching_up = lane == phase::Lane::CatchingUp;
+            self.watermarks.set_catching_up(catching_up);
+            self.status.catching_up.store(catching_up, Relaxed);
+            let queue = match lane {
+                phase::Lane::CatchingUp => &self.catching_up,
+                phase::Lane::Tailing => &self.tailing,
+            };
+            run.assignment = Some(Assignment::new(queue, &self.tp, run.next)?);
+            // A partition done catching up has no restore buffers left to hold.
+            if t.release_turn {
+                crate::memory::release_free();
+            }
+        }
+        if t.to == Phase::Tailing {
+            self.show_state(true);
+        }
+        Ok(())
+    }
+
+    /// Waits for a turn to catch up (`policy::needs_turn` said the partition is far behind),
+    /// sized by the lag and the topic's record size seen so far.
+    fn wait_for_turn(&self, run: &mut Run) -> Event {
+        let (next, end) = (run.next, self.watermarks.end_offset());
         let weigh = || {
             policy::turn_weight(
                 policy::lag(next, end),
                 self.board.bytes_per_record(&self.tp.topic),
-                self.slots.turn_bytes,
+                self.turns.turn_bytes,
             )
         };
         self.status.waiting.store(true, Relaxed);
-        let slot = self.slots.acquire(weigh, &self.stop);
+        run.turn = self.turns.acquire(weigh, &self.stop);
         self.status.waiting.store(false, Relaxed);
-        slot.map(Some)
+        if run.turn.is_some() {
+            Event::TurnGranted
+        } else {
+            Event::StopRequested
+        }
     }
 
-    /// Assigns the partition at `next` to the loading consumer while it holds a turn, else to the
-    /// tailing one. If librdkafka refuses, the store is closed cleanly before the failure goes up,
-    /// as for every Kafka failure: dropped open, the retry would find `status` 1 and take it for a
-    /// crashed store (and wipe it under `on_unclean_shutdown: wipe`).
-    fn assign(
+    /// The log's bounds for a rebuild, shown as `wiping` while asked for.
+    fn wiping_bounds(&self) -> Result<LogBounds, Failure> {
+        self.status.set_state(PartitionState::Wiping, None);
+        self.bounds()
+    }
+
+    /// Out of range: wipes the store and positions it at log-start, to be rebuilt.
+    fn wipe(&self, store: Store, run: &mut Run, bounds: LogBounds) -> Result<Store, StoreError> {
+        let detail = format!(
+            "fetch at offset {} of {} is out of range (retention or compaction passed the store)",
+            run.next, self.tp
+        );
+        let store = store.wipe(WipeReason::OffsetOutOfRange, &detail)?;
+        self.status.count_wipe(WipeReason::OffsetOutOfRange);
+        run.next = bounds.log_start;
+        run.last_taken = None;
+        run.turn_sized = false;
+        self.status.applied.store(-1, Relaxed);
+        self.start_catch_up(run, bounds.high_watermark);
+        Ok(store)
+    }
+
+    /// One batch from the partition's lane into the store, then the bookkeeping: commit when due,
+    /// flush within the phase's bound, publish progress. Reports reaching the end offset, falling
+    /// behind it, or a condition of the log.
+    fn fetch(
         &self,
-        loading: bool,
-        next: i64,
-        store: Store,
-        last_taken: Option<i64>,
-    ) -> Result<(Assignment<'_>, Store), Failure> {
-        self.status.loading.store(loading, Relaxed);
-        let lane = if loading {
-            &self.loading
-        } else {
-            &self.tailing
+        run: &mut Run,
+        store: &mut Store,
+        phase: Phase,
+    ) -> Result<Option<Event>, Failure> {
+        let status = &self.status;
+        // This partition's share of `max_uncommitted_bytes`, over the partitions known now: a
+        // store without a partition list only learns its count from the broker.
+        let budget = policy::partition_budget(
+            self.restore.max_uncommitted_bytes,
+            self.board.partition_count(),
+        );
+        // Every phase with a lane is entered through an assignment; a failed one leads to Closing.
+        let Some(assignment) = run.assignment.as_ref() else {
+            return Ok(None);
         };
-        match Assignment::new(lane, &self.tp, next) {
-            Ok(assignment) => Ok((assignment, store)),
-            Err(failure) => {
-                self.finish(store, last_taken)?;
-                Err(failure)
+        let lane = assignment.lane;
+        let batch = self.take_batch(lane, store, &mut run.next, &mut run.last_taken, budget);
+        if let Some(failure) = batch.kafka_failure {
+            return Err(failure.into());
+        }
+        if batch.out_of_range {
+            return Ok(Some(Event::OutOfRange));
+        }
+        // Markers are never delivered; when idle and behind, the consumer's own position moves
+        // past them. Only then: the position call lists every partition of the consumer, so a
+        // thousand idle tailing partitions asking it ten times a second cost whole cores.
+        let end = self.watermarks.end_offset();
+        if batch.records == 0 && batch.null_keys == 0 && run.next < end {
+            if let Some(position) = consumer_position(lane, &self.tp) {
+                run.next = run.next.max(position);
             }
+        }
+        status.end_offset.store(end, Relaxed);
+        status.log_start.store(self.watermarks.log_start(), Relaxed);
+        let caught_up = policy::caught_up(run.next, end);
+        let event = match (phase, caught_up) {
+            (Phase::CatchingUp { .. }, true) => Some(Event::CaughtUp),
+            (Phase::Tailing, false) => {
+                self.start_catch_up(run, end);
+                Some(Event::FellBehind)
+            }
+            _ => None,
+        };
+        let pending = Pending {
+            dirty: run.last_taken > store.applied(),
+            uncommitted_bytes: store.uncommitted_bytes(),
+            since_last_commit: run.last_commit.elapsed(),
+            just_caught_up: event == Some(Event::CaughtUp),
+        };
+        if let (Some(_), Some(offset)) = (
+            policy::commit_due(pending, self.restore.commit_interval, budget),
+            run.last_taken,
+        ) {
+            let started = Instant::now();
+            store.commit(offset)?;
+            status
+                .commit_seconds
+                .observe(started.elapsed().as_secs_f64());
+            status.commits.fetch_add(1, Relaxed);
+            status.applied.store(offset, Relaxed);
+            run.last_commit = Instant::now();
+        }
+        let now = Instant::now();
+        store.maybe_flush_within(now, phase.flush_bound(self.options.flush_interval))?;
+
+        status.records.fetch_add(batch.records, Relaxed);
+        status.bytes.fetch_add(batch.bytes, Relaxed);
+        status.null_keys.fetch_add(batch.null_keys, Relaxed);
+        // The first records of a catch-up show what its size means in memory: the turn is
+        // resized to it, and what it took beyond that goes to the partitions waiting.
+        if let (Some(turn), false, true) = (run.turn.as_mut(), run.turn_sized, batch.records > 0) {
+            turn.resize(policy::turn_weight(
+                run.catch_up.1 - run.catch_up.0,
+                Some(batch.bytes as f64 / batch.records as f64),
+                self.turns.turn_bytes,
+            ));
+            run.turn_sized = true;
+        }
+        status.position.store(run.next, Relaxed);
+        let rate = policy::smooth_rate(
+            status.rate(),
+            batch.records + batch.null_keys,
+            now - run.last_batch,
+        );
+        status.rate_bits.store(rate.to_bits(), Relaxed);
+        run.last_batch = now;
+        if event == Some(Event::CaughtUp) || now - run.last_properties >= PROPERTIES_EVERY {
+            status.estimated_keys.store(store.estimated_keys(), Relaxed);
+            status.disk_bytes.store(store.disk_bytes(), Relaxed);
+            run.last_properties = now;
+        }
+        // Reaching the end shows once the transition is done: the first catch-up flushed, and the
+        // partition off the catching-up consumer.
+        if event != Some(Event::CaughtUp) {
+            self.show_state(caught_up);
+        }
+        Ok(event)
+    }
+
+    /// While no broker is reachable the partition is failed, visibly; librdkafka reconnects with
+    /// its own backoff, and the partition resumes where it was without a restart.
+    fn show_state(&self, caught_up: bool) {
+        let status = &self.status;
+        if let Some(outage) = self.board.kafka_outage() {
+            if status.error().as_deref() != Some(outage.as_str()) {
+                status.set_state(PartitionState::Failed, Some(outage));
+            }
+            return;
+        }
+        let state = if caught_up {
+            PartitionState::CaughtUp
+        } else {
+            PartitionState::Restoring
+        };
+        if state != status.state() {
+            status.set_state(state, None);
         }
     }
 
@@ -446,7 +547,7 @@ impl Worker {
     /// per-record path does no allocation, logging or metric update.
     fn take_batch(
         &self,
-        lane: &Lane,
+        lane: &LaneQueue,
         store: &mut Store,
         next: &mut i64,
         last_taken: &mut Option<i64>,
@@ -490,10 +591,7 @@ impl Worker {
                     };
                     match kind {
                         ConsumeError::OutOfRange => {
-                            batch.out_of_range = Some(format!(
-                                "fetch at offset {next} of {} is out of range (retention or compaction passed the store)",
-                                self.tp
-                            ));
+                            batch.out_of_range = true;
                             break;
                         }
                         ConsumeError::Transient => {
@@ -524,7 +622,7 @@ impl Worker {
 }
 
 /// librdkafka's position for this partition, which accounts for skipped control records.
-fn consumer_position(lane: &Lane, tp: &TopicPartition) -> Option<i64> {
+fn consumer_position(lane: &LaneQueue, tp: &TopicPartition) -> Option<i64> {
     let positions = lane.consumer.position().ok()?;
     match positions.find_partition(&tp.topic, tp.partition)?.offset() {
         Offset::Offset(o) if o >= 0 => Some(o),

@@ -501,11 +501,21 @@ fn remove_store_dir(path: &Path) -> Result<(), StoreError> {
     result.map_err(io_at(path))
 }
 
-/// Opens a store read-only, for `inspect` and tests; RocksDB's info log goes to a temporary
-/// directory so the store's own files are left exactly as they were.
-pub fn open_read_only(dir: &Path, log_dir: &Path) -> Result<DB, rocksdb::Error> {
-    let (mut db_options, families) = StoreOptions::default().db_options(false);
-    db_options.set_db_log_dir(log_dir);
+/// Opens a store read-only, for `inspect` and tests; RocksDB's info log goes to warmstore's log
+/// (`StoreOptions::db_options`), so the store's own files are left exactly as they were.
+///
+/// Every table file is opened at once (`max_open_files` -1): beside a running service a compaction
+/// may delete a file after the open read the MANIFEST, and a file opened late would be gone, while
+/// one opened early stays readable.
+pub fn open_read_only(dir: &Path) -> Result<DB, rocksdb::Error> {
+    let (db_options, families) = StoreOptions {
+        rocksdb: RocksDbOverrides {
+            max_open_files: Some(-1),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+    .db_options(false);
     DB::open_cf_descriptors_read_only(&db_options, dir, families, false)
 }
 

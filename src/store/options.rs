@@ -2,8 +2,8 @@
 
 use crate::units::ByteSize;
 use rocksdb::{
-    BlockBasedOptions, ColumnFamilyDescriptor, DBCompressionType, LogLevel, MemtableFactory,
-    Options, WriteBufferManager, DEFAULT_COLUMN_FAMILY_NAME,
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBCompressionType, InfoLogger, LogLevel,
+    MemtableFactory, Options, WriteBufferManager, DEFAULT_COLUMN_FAMILY_NAME,
 };
 use serde::Deserialize;
 use std::time::Duration;
@@ -30,6 +30,13 @@ pub struct RocksDbOverrides {
     /// Memtable memory shared by every store of the process (default 32 MiB). When the total
     /// exceeds it, RocksDB flushes, so memory stays flat however large the changelogs are.
     pub total_write_buffer_size: Option<ByteSize>,
+    /// Files RocksDB keeps open per store (default 20, the smallest RocksDB accepts): at most this
+    /// minus 10 table files, beside a handful of files every store holds. Bounds the descriptors
+    /// of a process with many partitions; -1 keeps every table file open.
+    pub max_open_files: Option<i32>,
+    /// Block cache shared by every store of the process (default 8 MiB). warmstore only writes;
+    /// reads are the odd lookup, so one small cache serves them all.
+    pub block_cache_size: Option<ByteSize>,
     /// Accepted so the error is a warning, never honoured: atomic flush is what keeps data and offsets
     /// on disk from the same commit.
     pub atomic_flush: Option<bool>,
@@ -70,6 +77,8 @@ pub struct StoreOptions {
     pub flush_interval: Duration,
     /// One memtable budget for all stores of the process; `None` leaves each store unbounded.
     pub memtables: Option<SharedMemtables>,
+    /// One block cache for all stores of the process; `None` gives each store RocksDB's own.
+    pub block_cache: Option<SharedBlockCache>,
 }
 
 /// The process-wide memtable budget (RocksDB's `WriteBufferManager`), shared by clones.
@@ -91,6 +100,41 @@ impl std::fmt::Debug for SharedMemtables {
     }
 }
 
+/// The process-wide block cache, shared by clones.
+#[derive(Clone)]
+pub struct SharedBlockCache(Cache);
+
+impl SharedBlockCache {
+    pub fn new(bytes: u64) -> Self {
+        SharedBlockCache(Cache::new_lru_cache(bytes as usize))
+    }
+}
+
+impl std::fmt::Debug for SharedBlockCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SharedBlockCache")
+    }
+}
+
+/// Default process-wide block cache.
+pub const DEFAULT_BLOCK_CACHE: u64 = 8 << 20;
+
+/// Default files RocksDB keeps open per store; RocksDB raises anything lower to 20.
+pub const DEFAULT_MAX_OPEN_FILES: i32 = 20;
+
+/// RocksDB's warnings and errors, in warmstore's log rather than a LOG file in every store: one
+/// descriptor fewer per store, and the messages end up where operators look.
+fn rocksdb_log(level: LogLevel, message: &str) {
+    let message = message.trim_end();
+    match level {
+        LogLevel::Debug | LogLevel::Info => tracing::debug!(target: "rocksdb", "{message}"),
+        LogLevel::Warn => tracing::warn!(target: "rocksdb", "{message}"),
+        LogLevel::Error | LogLevel::Fatal | LogLevel::Header => {
+            tracing::error!(target: "rocksdb", "{message}")
+        }
+    }
+}
+
 /// Default process-wide memtable budget.
 pub const DEFAULT_TOTAL_WRITE_BUFFER: u64 = 32 << 20;
 
@@ -101,6 +145,7 @@ impl Default for StoreOptions {
             wal: false,
             flush_interval: Duration::from_secs(60),
             memtables: None,
+            block_cache: None,
         }
     }
 }
@@ -120,6 +165,9 @@ impl StoreOptions {
         let mut options = Options::default();
         let mut table = BlockBasedOptions::default();
         table.set_format_version(TABLE_FORMAT_VERSION);
+        if let Some(cache) = &self.block_cache {
+            table.set_block_cache(&cache.0);
+        }
         options.set_block_based_table_factory(&table);
         let o = &self.rocksdb;
         // Explicit: RocksDB's own default is Snappy whenever Snappy is built in.
@@ -164,7 +212,12 @@ impl StoreOptions {
         // A vector memtable takes no concurrent writers; each store has one writer anyway.
         db.set_allow_concurrent_memtable_write(false);
         db.set_log_level(LogLevel::Warn);
-        db.set_keep_log_file_num(2);
+        db.set_info_logger(InfoLogger::new_callback_logger(LogLevel::Warn, rocksdb_log));
+        db.set_max_open_files(
+            self.rocksdb
+                .max_open_files
+                .unwrap_or(DEFAULT_MAX_OPEN_FILES),
+        );
         db.create_if_missing(create);
         db.create_missing_column_families(create);
         // Last, so no override can undo it.

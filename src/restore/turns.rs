@@ -14,7 +14,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 #[derive(Debug)]
-pub struct Slots {
+pub struct Turns {
     budget: Mutex<Budget>,
     freed: Condvar,
     total: u64,
@@ -35,16 +35,16 @@ struct Budget {
 
 /// Held while a partition catches up; its bytes return to the budget on drop.
 #[derive(Debug)]
-pub struct Slot {
-    slots: Arc<Slots>,
+pub struct Turn {
+    turns: Arc<Turns>,
     bytes: u64,
 }
 
-impl Slots {
-    pub fn new(turns: usize, turn_bytes: u64) -> Arc<Slots> {
+impl Turns {
+    pub fn new(turns: usize, turn_bytes: u64) -> Arc<Turns> {
         let turn_bytes = turn_bytes.max(1);
         let total = turns.max(1) as u64 * turn_bytes;
-        Arc::new(Slots {
+        Arc::new(Turns {
             budget: Mutex::new(Budget {
                 free: total as i64,
                 ..Budget::default()
@@ -62,7 +62,7 @@ impl Slots {
         self: &Arc<Self>,
         mut weigh: impl FnMut() -> u64,
         stop: &AtomicBool,
-    ) -> Option<Slot> {
+    ) -> Option<Turn> {
         let mut budget = self.lock();
         let ticket = budget.next_ticket;
         budget.next_ticket += 1;
@@ -82,8 +82,8 @@ impl Slots {
                     budget.free -= bytes as i64;
                     // The next in line may fit into what is left.
                     self.freed.notify_all();
-                    return Some(Slot {
-                        slots: self.clone(),
+                    return Some(Turn {
+                        turns: self.clone(),
                         bytes,
                     });
                 }
@@ -111,12 +111,12 @@ impl Slots {
     }
 }
 
-impl Slot {
+impl Turn {
     /// Holds `bytes` from now on: less once the partition's own records show its catch-up is
     /// smaller than estimated (the rest goes to waiting partitions), more if larger.
     pub fn resize(&mut self, bytes: u64) {
-        let bytes = bytes.clamp(1, self.slots.total);
-        self.slots.give_back(self.bytes as i64 - bytes as i64);
+        let bytes = bytes.clamp(1, self.turns.total);
+        self.turns.give_back(self.bytes as i64 - bytes as i64);
         self.bytes = bytes;
     }
 
@@ -126,9 +126,9 @@ impl Slot {
     }
 }
 
-impl Drop for Slot {
+impl Drop for Turn {
     fn drop(&mut self) {
-        self.slots.give_back(self.bytes as i64);
+        self.turns.give_back(self.bytes as i64);
     }
 }
 
@@ -138,9 +138,9 @@ mod tests {
 
     const TURN: u64 = 1 << 20;
 
-    fn waiter(slots: &Arc<Slots>, bytes: u64) -> std::thread::JoinHandle<bool> {
-        let slots = slots.clone();
-        std::thread::spawn(move || slots.acquire(|| bytes, &AtomicBool::new(false)).is_some())
+    fn waiter(turns: &Arc<Turns>, bytes: u64) -> std::thread::JoinHandle<bool> {
+        let turns = turns.clone();
+        std::thread::spawn(move || turns.acquire(|| bytes, &AtomicBool::new(false)).is_some())
     }
 
     fn still_waiting(waiter: &std::thread::JoinHandle<bool>) -> bool {
@@ -150,11 +150,11 @@ mod tests {
 
     #[test]
     fn full_turns_are_limited_by_count_and_a_release_frees_one() {
-        let slots = Slots::new(2, TURN);
+        let turns = Turns::new(2, TURN);
         let stop = AtomicBool::new(false);
-        let a = slots.acquire(|| TURN, &stop).expect("first");
-        let _b = slots.acquire(|| TURN, &stop).expect("second");
-        let third = waiter(&slots, TURN);
+        let a = turns.acquire(|| TURN, &stop).expect("first");
+        let _b = turns.acquire(|| TURN, &stop).expect("second");
+        let third = waiter(&turns, TURN);
         assert!(still_waiting(&third), "a third full turn waits");
         drop(a);
         assert!(third.join().unwrap(), "and gets the released turn");
@@ -162,23 +162,23 @@ mod tests {
 
     #[test]
     fn small_catch_ups_share_a_turn() {
-        let slots = Slots::new(1, TURN);
+        let turns = Turns::new(1, TURN);
         let stop = AtomicBool::new(false);
-        let held: Vec<Slot> = (0..8)
-            .map(|_| slots.acquire(|| TURN / 8, &stop).expect("an eighth"))
+        let held: Vec<Turn> = (0..8)
+            .map(|_| turns.acquire(|| TURN / 8, &stop).expect("an eighth"))
             .collect();
-        let next = waiter(&slots, TURN / 8);
+        let next = waiter(&turns, TURN / 8);
         assert!(still_waiting(&next), "the turn is used up");
         drop(held);
         assert!(next.join().unwrap());
     }
 
     #[test]
-    fn shrinking_a_slot_lets_a_waiter_in() {
-        let slots = Slots::new(1, TURN);
+    fn shrinking_a_turn_lets_a_waiter_in() {
+        let turns = Turns::new(1, TURN);
         let stop = AtomicBool::new(false);
-        let mut whole = slots.acquire(|| TURN, &stop).expect("whole turn");
-        let small = waiter(&slots, TURN / 4);
+        let mut whole = turns.acquire(|| TURN, &stop).expect("whole turn");
+        let small = waiter(&turns, TURN / 4);
         assert!(still_waiting(&small));
         whole.resize(TURN / 2);
         assert!(small.join().unwrap(), "the bytes given back are enough");
@@ -186,28 +186,28 @@ mod tests {
     }
 
     #[test]
-    fn growing_a_slot_never_waits_but_holds_back_others() {
-        let slots = Slots::new(1, TURN);
+    fn growing_a_turn_never_waits_but_holds_back_others() {
+        let turns = Turns::new(1, TURN);
         let stop = AtomicBool::new(false);
-        let mut first = slots.acquire(|| TURN / 2, &stop).expect("half");
-        let second = slots.acquire(|| TURN / 2, &stop).expect("other half");
+        let mut first = turns.acquire(|| TURN / 2, &stop).expect("half");
+        let second = turns.acquire(|| TURN / 2, &stop).expect("other half");
         first.resize(TURN);
         drop(second);
-        let next = waiter(&slots, TURN / 2);
-        assert!(still_waiting(&next), "the grown slot holds the whole turn");
+        let next = waiter(&turns, TURN / 2);
+        assert!(still_waiting(&next), "the grown turn holds the whole turn");
         drop(first);
         assert!(next.join().unwrap());
     }
 
     #[test]
     fn a_waiter_weighs_itself_again_while_it_waits() {
-        let slots = Slots::new(1, TURN);
-        let _half = slots.acquire(|| TURN / 2, &AtomicBool::new(false));
+        let turns = Turns::new(1, TURN);
+        let _half = turns.acquire(|| TURN / 2, &AtomicBool::new(false));
         let need = Arc::new(std::sync::atomic::AtomicU64::new(TURN));
         let waiter = {
-            let (slots, need) = (slots.clone(), need.clone());
+            let (turns, need) = (turns.clone(), need.clone());
             std::thread::spawn(move || {
-                slots
+                turns
                     .acquire(|| need.load(Relaxed), &AtomicBool::new(false))
                     .is_some()
             })
@@ -222,12 +222,12 @@ mod tests {
 
     #[test]
     fn small_catch_ups_do_not_overtake_a_large_one() {
-        let slots = Slots::new(1, TURN);
+        let turns = Turns::new(1, TURN);
         let stop = AtomicBool::new(false);
-        let half = slots.acquire(|| TURN / 2, &stop).expect("half");
-        let large = waiter(&slots, TURN);
+        let half = turns.acquire(|| TURN / 2, &stop).expect("half");
+        let large = waiter(&turns, TURN);
         assert!(still_waiting(&large));
-        let small = waiter(&slots, TURN / 4);
+        let small = waiter(&turns, TURN / 4);
         assert!(
             still_waiting(&small),
             "a quarter would fit, but the full turn came first"
@@ -238,25 +238,25 @@ mod tests {
 
     #[test]
     fn a_waiter_that_stops_leaves_the_line() {
-        let slots = Slots::new(1, TURN);
-        let _whole = slots.acquire(|| TURN, &AtomicBool::new(false));
+        let turns = Turns::new(1, TURN);
+        let _whole = turns.acquire(|| TURN, &AtomicBool::new(false));
         let stop = AtomicBool::new(true);
-        assert!(slots.acquire(|| TURN, &stop).is_none());
-        assert!(slots.lock().queue.is_empty());
+        assert!(turns.acquire(|| TURN, &stop).is_none());
+        assert!(turns.lock().queue.is_empty());
     }
 
     #[test]
     fn a_request_larger_than_everything_takes_everything() {
-        let slots = Slots::new(1, TURN);
-        let slot = slots.acquire(|| 10 * TURN, &AtomicBool::new(false));
-        assert_eq!(slot.map(|s| s.bytes()), Some(TURN));
+        let turns = Turns::new(1, TURN);
+        let turn = turns.acquire(|| 10 * TURN, &AtomicBool::new(false));
+        assert_eq!(turn.map(|s| s.bytes()), Some(TURN));
     }
 
     #[test]
     fn stop_ends_the_wait() {
-        let slots = Slots::new(1, TURN);
-        let _held = slots.acquire(|| TURN, &AtomicBool::new(false));
+        let turns = Turns::new(1, TURN);
+        let _held = turns.acquire(|| TURN, &AtomicBool::new(false));
         let stop = AtomicBool::new(true);
-        assert!(slots.acquire(|| 1, &stop).is_none());
+        assert!(turns.acquire(|| 1, &stop).is_none());
     }
 }
