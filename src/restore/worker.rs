@@ -325,8 +325,9 @@ impl Worker {
         self.status.set_state(PartitionState::Restoring, None);
     }
 
-    /// Does what a transition asks for, in order: leave the lane, give the turn back, flush, join
-    /// the next lane.
+    /// Does what a transition asks for, in order: leave the lane, flush, give the turn back, join
+    /// the next lane. The flush comes before the turn goes: until then this partition's memtables
+    /// still hold its catch-up, and the next partition's would come on top.
     fn perform<'a>(
         &'a self,
         run: &mut Run<'a>,
@@ -336,12 +337,12 @@ impl Worker {
         if t.unassign {
             drop(run.assignment.take());
         }
+        if t.flush {
+            store.flush()?;
+        }
         if t.release_turn {
             drop(run.turn.take());
             run.turn_sized = false;
-        }
-        if t.flush {
-            store.flush()?;
         }
         if let Some(lane) = t.assign {
             drop(run.assignment.take());

@@ -123,12 +123,15 @@ pub const DEFAULT_BLOCK_CACHE: u64 = 8 << 20;
 pub const DEFAULT_MAX_OPEN_FILES: i32 = 20;
 
 /// RocksDB's warnings and errors, in warmstore's log rather than a LOG file in every store: one
-/// descriptor fewer per store, and the messages end up where operators look.
+/// descriptor fewer per store, and errors end up where operators look. RocksDB's warnings are
+/// routine in a bulk load (a write stall while memtables flush, many times a second), so they are
+/// logged at debug level (`RUST_LOG=rocksdb=debug` shows them).
 fn rocksdb_log(level: LogLevel, message: &str) {
     let message = message.trim_end();
     match level {
-        LogLevel::Debug | LogLevel::Info => tracing::debug!(target: "rocksdb", "{message}"),
-        LogLevel::Warn => tracing::warn!(target: "rocksdb", "{message}"),
+        LogLevel::Debug | LogLevel::Info | LogLevel::Warn => {
+            tracing::debug!(target: "rocksdb", "{message}")
+        }
         LogLevel::Error | LogLevel::Fatal | LogLevel::Header => {
             tracing::error!(target: "rocksdb", "{message}")
         }
