@@ -6,11 +6,17 @@
 //! (e) the peer, Quix Streams' recovery (`bench/quix_peer.py`) on a copy of the same changelog,
 //! and, with `--rss-records N`, (c) again on a changelog of N records for the memory comparison, and
 //! with `--compressed CODEC`, (c) again on the same changelog produced with that codec.
+//! With `--scale P1,P2,...` it measures only (c) on a changelog of the same records spread over each
+//! partition count, adding what many partitions cost: threads and open descriptors once caught up,
+//! and the CPU of 10 idle seconds of tailing (`--idle-seconds S`); `--baseline BIN` runs another
+//! warmstore binary
+//! (an older build) interleaved with this one, on the same changelog.
 //! The broker is the mock cluster hosted by the `mock_broker` example in its own process, so its CPU
 //! is not counted as warmstore's.
 //!
 //! usage: cargo run --release --example bench -- [--records N] [--partitions P] [--value-size B]
 //!        [--rss-records N] [--compressed CODEC] [--kafka key=value ...] [--no-peer]
+//!        [--scale P1,P2,... [--baseline BIN] [--idle-seconds S]]
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
@@ -188,6 +194,11 @@ struct Run {
     cpu_seconds: f64,
     peak_rss: u64,
     records: u64,
+    /// Threads and open descriptors of the process once caught up.
+    threads: u64,
+    fds: u64,
+    /// Share of one core used while tailing with nothing new to read, when measured.
+    idle_cpu: Option<f64>,
 }
 
 impl Run {
@@ -257,6 +268,31 @@ fn http_get(addr: &str, path: &str) -> (u16, String) {
 
 /// (c) and (d): `warmstore run` from spawn to `/readyz` 200 with `ready_max_lag: 0`.
 fn warmstore_run(bootstrap: &str, state_dir: &Path, partitions: u64, kafka: &[String]) -> Run {
+    let bin = exe_dir().parent().unwrap().join("warmstore");
+    warmstore_run_with(&bin, bootstrap, state_dir, partitions, kafka, None)
+}
+
+/// Threads (`/proc/PID/status`) and open descriptors (`/proc/PID/fd`) of a process.
+fn threads_and_fds(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let threads = status
+        .lines()
+        .find(|l| l.starts_with("Threads:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0);
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64);
+    (threads, fds)
+}
+
+/// `warmstore_run` with a given binary, and optionally the CPU of `idle` seconds once caught up.
+fn warmstore_run_with(
+    bin: &Path,
+    bootstrap: &str,
+    state_dir: &Path,
+    partitions: u64,
+    kafka: &[String],
+    idle: Option<Duration>,
+) -> Run {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -275,7 +311,7 @@ fn warmstore_run(bootstrap: &str, state_dir: &Path, partitions: u64, kafka: &[St
     )
     .unwrap();
     let started = Instant::now();
-    let mut child = Command::new(exe_dir().parent().unwrap().join("warmstore"))
+    let mut child = Command::new(bin)
         .args(["run", "--config", config.to_str().unwrap()])
         .env("RUST_LOG", "warn")
         .spawn()
@@ -290,6 +326,15 @@ fn warmstore_run(bootstrap: &str, state_dir: &Path, partitions: u64, kafka: &[St
     }
     let seconds = started.elapsed().as_secs_f64();
     let (cpu_seconds, peak_rss) = proc_figures(child.id());
+    let (threads, fds) = threads_and_fds(child.id());
+    let idle_cpu = idle.map(|idle| {
+        // The first catch-up's flushes and the turn hand-over settle before the idle window.
+        std::thread::sleep(Duration::from_secs(2));
+        let (before, _) = proc_figures(child.id());
+        std::thread::sleep(idle);
+        let (after, _) = proc_figures(child.id());
+        (after - before) / idle.as_secs_f64()
+    });
     let (_, stores) = http_get(&addr, "/stores");
     let stores: serde_json::Value = serde_json::from_str(&stores).unwrap();
     let records = stores["partitions"]
@@ -310,6 +355,67 @@ fn warmstore_run(bootstrap: &str, state_dir: &Path, partitions: u64, kafka: &[St
         cpu_seconds,
         peak_rss,
         records,
+        threads,
+        fds,
+        idle_cpu,
+    }
+}
+
+/// `--scale`: (c) at each partition count on the same records, with threads, descriptors and idle
+/// CPU; with a baseline binary, each run of it is interleaved with one of this build.
+fn scale(
+    records: u64,
+    counts: &[u64],
+    value_size: u64,
+    baseline: Option<&Path>,
+    idle: Duration,
+    work: &Path,
+) {
+    let this = exe_dir().parent().unwrap().join("warmstore");
+    let mut binaries = vec![("this build", this.as_path())];
+    if let Some(baseline) = baseline {
+        binaries.insert(0, ("baseline", baseline));
+    }
+    let mut rates = Vec::new();
+    for &partitions in counts {
+        let broker = Broker::start(records, partitions, value_size);
+        for (name, bin) in &binaries {
+            let state = work.join(format!("scale-{partitions}-{}", name.replace(' ', "-")));
+            let run =
+                warmstore_run_with(bin, &broker.bootstrap, &state, partitions, &[], Some(idle));
+            println!(
+                "(c) {partitions} partitions, {name}: {}; {} threads, {} open fds ({:.1} per partition), idle CPU {:.1}% of a core",
+                run.figures(),
+                run.threads,
+                run.fds,
+                run.fds as f64 / partitions as f64,
+                run.idle_cpu.unwrap_or(0.0) * 100.0
+            );
+            rates.push((partitions, *name, run.rate()));
+            let _ = std::fs::remove_dir_all(&state);
+        }
+    }
+    for (name, _) in &binaries {
+        let of = |p: u64| rates.iter().find(|r| r.0 == p && r.1 == *name).map(|r| r.2);
+        if let (Some(first), Some(last)) = (of(counts[0]), of(*counts.last().unwrap())) {
+            println!(
+                "ratio of the rate at {} partitions to {} partitions, {name}: {:.2}",
+                counts.last().unwrap(),
+                counts[0],
+                last / first
+            );
+        }
+    }
+    if baseline.is_some() {
+        for &p in counts {
+            let of = |n: &str| rates.iter().find(|r| r.0 == p && r.1 == n).map(|r| r.2);
+            if let (Some(new), Some(old)) = (of("this build"), of("baseline")) {
+                println!(
+                    "ratio this build / baseline at {p} partitions: {:.2}",
+                    new / old
+                );
+            }
+        }
     }
 }
 
@@ -332,6 +438,36 @@ fn main() {
     let work = std::env::temp_dir().join(format!("warmstore-bench-{}", std::process::id()));
     std::fs::create_dir_all(&work).unwrap();
     println!("machine: {} cores, {} MiB memory", num_cpus(), mem_mib());
+    if let Some(counts) = args
+        .iter()
+        .position(|a| a == "--scale")
+        .and_then(|i| args.get(i + 1))
+    {
+        let counts: Vec<u64> = counts
+            .split(',')
+            .map(|c| {
+                c.parse()
+                    .expect("--scale takes partition counts, as 64,300,1000")
+            })
+            .collect();
+        let baseline = args
+            .iter()
+            .position(|a| a == "--baseline")
+            .and_then(|i| args.get(i + 1))
+            .map(PathBuf::from);
+        println!("changelog: {records} records over each partition count, 16-byte keys over {} keys, {value_size}-byte values, 5% tombstones", records / 2);
+        let idle = Duration::from_secs(arg(&args, "--idle-seconds", 10));
+        scale(
+            records,
+            &counts,
+            value_size,
+            baseline.as_deref(),
+            idle,
+            &work,
+        );
+        let _ = std::fs::remove_dir_all(&work);
+        return;
+    }
     println!("changelog: {records} records, {partitions} partitions, 16-byte keys over {} keys, {value_size}-byte values, 5% tombstones", records / 2);
 
     let mut broker = Broker::start(records, partitions, value_size);

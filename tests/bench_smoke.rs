@@ -44,3 +44,41 @@ fn the_harness_produces_every_figure() {
         assert!(stdout.contains(figure), "missing `{figure}` in:\n{stdout}");
     }
 }
+
+/// `--scale` reports what many partitions cost, for this build and a baseline (here the same
+/// binary), and the ratios between them.
+#[test]
+fn the_scale_run_produces_every_figure() {
+    let warmstore = PathBuf::from(env!("CARGO_BIN_EXE_warmstore"));
+    let bench = warmstore.parent().unwrap().join("examples/bench");
+    let out = Command::new(&bench)
+        .args([
+            "--records",
+            "20000",
+            "--scale",
+            "2,8",
+            "--idle-seconds",
+            "1",
+        ])
+        .arg("--baseline")
+        .arg(&warmstore)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", bench.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for figure in [
+        "(c) 2 partitions, baseline: 20000 records",
+        "(c) 8 partitions, this build: 20000 records",
+        "threads, ",
+        "open fds (",
+        "idle CPU ",
+        "ratio of the rate at 8 partitions to 2 partitions, this build:",
+        "ratio this build / baseline at 8 partitions:",
+    ] {
+        assert!(stdout.contains(figure), "missing `{figure}` in:\n{stdout}");
+    }
+}
