@@ -1,17 +1,39 @@
 //! The benchmark harness runs end to end at tiny sizes and produces every figure. It checks no speed:
 //! timed assertions are flaky; the figures go to BENCHMARKS.md.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+fn warmstore() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_warmstore"))
+}
+
+/// Runs the harness with `args` and asserts it succeeds and prints every one of `figures`.
+fn assert_bench_prints(args: &[&str], baseline: Option<&Path>, figures: &[&str]) {
+    let bench = warmstore().parent().unwrap().join("examples/bench");
+    let mut command = Command::new(&bench);
+    command.args(args);
+    if let Some(baseline) = baseline {
+        command.arg("--baseline").arg(baseline);
+    }
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", bench.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for figure in figures {
+        assert!(stdout.contains(figure), "missing `{figure}` in:\n{stdout}");
+    }
+}
 
 #[test]
 fn the_harness_produces_every_figure() {
-    let bench: PathBuf = PathBuf::from(env!("CARGO_BIN_EXE_warmstore"))
-        .parent()
-        .unwrap()
-        .join("examples/bench");
-    let out = Command::new(&bench)
-        .args([
+    assert_bench_prints(
+        &[
             "--records",
             "20000",
             "--partitions",
@@ -20,65 +42,45 @@ fn the_harness_produces_every_figure() {
             "5000",
             "--compressed",
             "zstd",
-        ])
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e}", bench.display()));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
+        None,
+        &[
+            "(a) fetch limit: 20000 records",
+            "(b) write limit: 20000 records",
+            "(c) warmstore empty to caught up: 20000 records",
+            "CPU s per million records",
+            "(d) warmstore resume with 10% new records: 2000 records",
+            "(e) peer, Quix Streams recovery: 20000 records",
+            "ratio c / min(a, b):",
+            "ratio c / e:",
+            "(c) at 5000 records: peak RSS",
+            "(c) on the zstd changelog: 20000 records",
+        ],
     );
-    for figure in [
-        "(a) fetch limit: 20000 records",
-        "(b) write limit: 20000 records",
-        "(c) warmstore empty to caught up: 20000 records",
-        "CPU s per million records",
-        "(d) warmstore resume with 10% new records: 2000 records",
-        "(e) peer, Quix Streams recovery: 20000 records",
-        "ratio c / min(a, b):",
-        "ratio c / e:",
-        "(c) at 5000 records: peak RSS",
-        "(c) on the zstd changelog: 20000 records",
-    ] {
-        assert!(stdout.contains(figure), "missing `{figure}` in:\n{stdout}");
-    }
 }
 
 /// `--scale` reports what many partitions cost, for this build and a baseline (here the same
 /// binary), and the ratios between them.
 #[test]
 fn the_scale_run_produces_every_figure() {
-    let warmstore = PathBuf::from(env!("CARGO_BIN_EXE_warmstore"));
-    let bench = warmstore.parent().unwrap().join("examples/bench");
-    let out = Command::new(&bench)
-        .args([
+    assert_bench_prints(
+        &[
             "--records",
             "20000",
             "--scale",
             "2,8",
             "--idle-seconds",
             "1",
-        ])
-        .arg("--baseline")
-        .arg(&warmstore)
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e}", bench.display()));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
+        Some(&warmstore()),
+        &[
+            "(c) 2 partitions, baseline: 20000 records",
+            "(c) 8 partitions, this build: 20000 records",
+            "threads, ",
+            "open fds (",
+            "idle CPU ",
+            "ratio of the rate at 8 partitions to 2 partitions, this build:",
+            "ratio this build / baseline at 8 partitions:",
+        ],
     );
-    for figure in [
-        "(c) 2 partitions, baseline: 20000 records",
-        "(c) 8 partitions, this build: 20000 records",
-        "threads, ",
-        "open fds (",
-        "idle CPU ",
-        "ratio of the rate at 8 partitions to 2 partitions, this build:",
-        "ratio this build / baseline at 8 partitions:",
-    ] {
-        assert!(stdout.contains(figure), "missing `{figure}` in:\n{stdout}");
-    }
 }
