@@ -217,15 +217,10 @@ impl StoreSetup {
 
     /// Warns when the stores known so far may need more descriptors than the process may open.
     fn check_descriptors(&self) {
-        let max_open_files = self
-            .options
-            .rocksdb
-            .max_open_files
-            .unwrap_or(crate::store::options::DEFAULT_MAX_OPEN_FILES);
         let partitions = self.board.partition_count() as u64;
         let (Some(limit), Some(per_store)) = (
             self.descriptor_limit,
-            crate::descriptors::per_store(max_open_files),
+            crate::descriptors::per_store(self.options.max_open_files()),
         ) else {
             return;
         };

@@ -158,16 +158,8 @@ impl Phase {
                     first: true,
                 })
             },
-            (P::Wiping { turn: false }, E::Positioned { far_behind: true }) => {
-                Transition::to(P::Waiting)
-            }
-            (P::Wiping { turn: false }, E::Positioned { far_behind: false }) => Transition {
-                assign: Some(Lane::Tailing),
-                ..Transition::to(P::CatchingUp {
-                    turn: false,
-                    first: true,
-                })
-            },
+            // Without a turn, a rebuilt store starts as a freshly opened one does.
+            (P::Wiping { turn: false }, E::Positioned { far_behind }) => opened(far_behind),
             (P::CatchingUp { turn, first }, E::CaughtUp) => Transition {
                 unassign: turn,
                 assign: turn.then_some(Lane::Tailing),

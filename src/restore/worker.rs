@@ -259,11 +259,7 @@ impl Worker {
             .applied
             .store(store.applied().unwrap_or(-1), Relaxed);
         self.start_catch_up(&mut run, bounds.high_watermark);
-        let opened = phase::opened(policy::needs_turn(
-            run.next,
-            bounds.high_watermark,
-            self.restore.ready_max_lag,
-        ));
+        let opened = phase::opened(self.far_behind(run.next, bounds.high_watermark));
         let mut phase = opened.to;
         let mut transition = Some(opened);
         let mut failure = None;
@@ -271,8 +267,7 @@ impl Worker {
             if let Some(t) = transition.take() {
                 phase = t.to;
                 if let Err(f) = self.perform(&mut run, &mut store, t) {
-                    transition = phase.on(f.event());
-                    failure = Some(f);
+                    transition = failed(phase, f, &mut failure);
                     continue;
                 }
             }
@@ -291,11 +286,7 @@ impl Worker {
                         // the machine's `Dropped` would end it.
                         store = self.wipe(store, &mut run, bounds)?;
                         Ok(Some(Event::Positioned {
-                            far_behind: policy::needs_turn(
-                                run.next,
-                                bounds.high_watermark,
-                                self.restore.ready_max_lag,
-                            ),
+                            far_behind: self.far_behind(run.next, bounds.high_watermark),
                         }))
                     }
                     Err(f) => Err(f),
@@ -306,13 +297,14 @@ impl Worker {
             };
             transition = match step {
                 Ok(event) => event.and_then(|e| phase.on(e)),
-                Err(f) => {
-                    let t = phase.on(f.event());
-                    failure = Some(f);
-                    t
-                }
+                Err(f) => failed(phase, f, &mut failure),
             };
         }
+    }
+
+    /// Further behind than `ready_max_lag`: the partition must wait for a turn to catch up.
+    fn far_behind(&self, next: i64, end: i64) -> bool {
+        policy::needs_turn(next, end, self.restore.ready_max_lag)
     }
 
     /// Marks the start of a catch-up at the current position: at open, after a wipe, and when a
@@ -620,6 +612,14 @@ impl Worker {
         }
         batch
     }
+}
+
+/// The transition a failure leads to; the failure is kept to be returned once the store is closed
+/// (or dropped).
+fn failed(phase: Phase, f: Failure, failure: &mut Option<Failure>) -> Option<Transition> {
+    let transition = phase.on(f.event());
+    *failure = Some(f);
+    transition
 }
 
 /// librdkafka's position for this partition, which accounts for skipped control records.

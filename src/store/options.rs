@@ -120,7 +120,7 @@ impl std::fmt::Debug for SharedBlockCache {
 pub const DEFAULT_BLOCK_CACHE: u64 = 8 << 20;
 
 /// Default files RocksDB keeps open per store; RocksDB raises anything lower to 20.
-pub const DEFAULT_MAX_OPEN_FILES: i32 = 20;
+const DEFAULT_MAX_OPEN_FILES: i32 = 20;
 
 /// RocksDB's warnings and errors, in warmstore's log rather than a LOG file in every store: one
 /// descriptor fewer per store, and errors end up where operators look. RocksDB's warnings are
@@ -154,6 +154,13 @@ impl Default for StoreOptions {
 }
 
 impl StoreOptions {
+    /// Files RocksDB may keep open per store, as configured or by default.
+    pub fn max_open_files(&self) -> i32 {
+        self.rocksdb
+            .max_open_files
+            .unwrap_or(DEFAULT_MAX_OPEN_FILES)
+    }
+
     /// Logs, once per process, that a user tried to set `atomic_flush`.
     pub fn warn_about_ignored_settings(&self) {
         if let Some(value) = self.rocksdb.atomic_flush {
@@ -216,11 +223,7 @@ impl StoreOptions {
         db.set_allow_concurrent_memtable_write(false);
         db.set_log_level(LogLevel::Warn);
         db.set_info_logger(InfoLogger::new_callback_logger(LogLevel::Warn, rocksdb_log));
-        db.set_max_open_files(
-            self.rocksdb
-                .max_open_files
-                .unwrap_or(DEFAULT_MAX_OPEN_FILES),
-        );
+        db.set_max_open_files(self.max_open_files());
         db.create_if_missing(create);
         db.create_missing_column_families(create);
         // Last, so no override can undo it.
