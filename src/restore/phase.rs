@@ -352,6 +352,48 @@ mod tests {
         }
     }
 
+    /// The worker fetches from the lane it was assigned; a phase with a lane entered without an
+    /// assignment would leave it nothing to fetch from and spin unseen. So every transition into
+    /// such a phase either assigns that lane or stays on the lane it has.
+    #[test]
+    fn every_phase_with_a_lane_is_entered_on_that_lane() {
+        let phases = [
+            P::Waiting,
+            LOADING_FIRST,
+            TOPPING_UP_FIRST,
+            TOPPING_UP_LATER,
+            P::Tailing,
+            P::Wiping { turn: true },
+            P::Wiping { turn: false },
+        ];
+        let events = [
+            E::Positioned { far_behind: true },
+            E::Positioned { far_behind: false },
+            E::TurnGranted,
+            E::CaughtUp,
+            E::FellBehind,
+            E::OutOfRange,
+            E::StopRequested,
+            E::KafkaFailed,
+            E::StoreFailed,
+        ];
+        for t in [opened(true), opened(false)] {
+            assert_eq!(t.assign, t.to.lane(), "{t:?}");
+        }
+        for phase in phases {
+            for event in events {
+                let Some(t) = phase.on(event) else { continue };
+                let Some(lane) = t.to.lane() else { continue };
+                let kept = !t.unassign && phase.lane() == Some(lane);
+                assert!(
+                    t.assign == Some(lane) || kept,
+                    "{phase:?} on {event:?} enters {:?} without its lane",
+                    t.to
+                );
+            }
+        }
+    }
+
     #[test]
     fn each_phase_has_its_lane_and_flush_bound() {
         let interval = Duration::from_secs(60);
