@@ -224,6 +224,10 @@ impl StoreOptions {
         db.set_log_level(LogLevel::Warn);
         db.set_info_logger(InfoLogger::new_callback_logger(LogLevel::Warn, rocksdb_log));
         db.set_max_open_files(self.max_open_files());
+        // Table files are opened on the thread that opens the store, not on threads RocksDB
+        // starts for it (16 by default): a store has a handful, and a thousand stores opening
+        // would otherwise start thousands of short-lived threads.
+        db.set_max_file_opening_threads(1);
         db.create_if_missing(create);
         db.create_missing_column_families(create);
         // Last, so no override can undo it.
