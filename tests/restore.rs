@@ -384,7 +384,9 @@ fn restore_with_one_turn(
                 waiting_after_catch_up: false,
                 loading_after_catch_up: 0,
             };
-            wait_until("catch-up", Duration::from_secs(60), || {
+            // Sampled densely: a catch-up of this size takes a few tens of milliseconds.
+            let until = std::time::Instant::now() + Duration::from_secs(60);
+            let mut sample = || {
                 let partitions = s.board.partitions();
                 // The ones waiting say so (in /stores, /readyz and warmstore_restore_waiting).
                 turns.saw_waiting |= partitions.iter().any(|p| p.waiting.load(Relaxed));
@@ -398,7 +400,14 @@ fn restore_with_one_turn(
                     .count();
                 turns.most_loading = turns.most_loading.max(loading);
                 common::all_caught_up(s, 4)
-            });
+            };
+            while !sample() {
+                assert!(
+                    std::time::Instant::now() < until,
+                    "timed out waiting for catch-up"
+                );
+                std::thread::sleep(Duration::from_millis(2));
+            }
             turns.waiting_after_catch_up =
                 s.board.partitions().iter().any(|p| p.waiting.load(Relaxed));
             turns.loading_after_catch_up = s
