@@ -3,35 +3,39 @@
 
 pub mod phase;
 pub mod policy;
+mod tasks;
 mod turns;
 mod worker;
 
-use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::sync::Notify;
 
 use crate::changelog::{self, ChangelogConsumer, WatermarkCells};
 use crate::config::{Config, StoreConfig};
 use crate::status::{Board, PartitionStatus};
 use crate::store::{StoreOptions, StorePaths, TopicPartition};
+use tasks::{blocking, Stop, StopHandle, Tasks};
 use worker::{LaneQueue, Worker};
 
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the consumers' main queues are served (statistics and error callbacks).
+const MAIN_QUEUE_EVERY: Duration = Duration::from_millis(100);
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error("cannot create the Kafka consumer: {0}")]
     Consumer(#[from] rdkafka::error::KafkaError),
-    #[error("cannot start a thread: {0}")]
-    Thread(#[from] std::io::Error),
+    #[error("cannot start the restore runtime: {0}")]
+    Runtime(#[from] std::io::Error),
 }
 
 /// A running engine. `stop` (or drop) closes every store cleanly.
 pub struct Engine {
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
+    stop: StopHandle,
+    runtime: Option<tokio::runtime::Runtime>,
+    tasks: Tasks,
     board: Arc<Board>,
 }
 
@@ -52,23 +56,30 @@ impl Engine {
         let watermarks = Arc::new(WatermarkCells::default());
         let (tailing, catching_up) =
             changelog::create_consumers(&config.kafka, board.clone(), watermarks.clone())?;
-        let stop = Arc::new(AtomicBool::new(false));
+        let (stop_handle, stop) = tasks::stop_pair();
         let count = config.restore.max_parallel_restores;
         let turns = turns::Turns::new(count, config.memtable_budget() / count.max(1) as u64);
-        let mut threads = Vec::new();
+        let runtime = tasks::runtime()?;
+        let tasks = Tasks::new(runtime.handle().clone(), board.clone());
         board.restore_alive.store(true, Relaxed);
 
-        // The main queues must be polled to serve statistics and error callbacks; records arrive
-        // on the per-partition queues instead.
+        // The main queues must be served for statistics and error callbacks; records arrive on
+        // the per-partition queues instead.
         for (name, consumer) in [("kafka-poll", &tailing), ("kafka-catch-up", &catching_up)] {
-            let (c, s) = (consumer.clone(), stop.clone());
-            threads.push(spawn(name, &board, move || {
-                while !s.load(Relaxed) {
-                    if let Some(Err(e)) = c.poll(Duration::from_millis(100)) {
-                        tracing::warn!(error = %e, "consumer error");
+            let (consumer, stop) = (consumer.clone(), stop.clone());
+            tasks.spawn(name.to_string(), async move {
+                while !stop.is_requested() {
+                    while let Some(result) = consumer.poll(Duration::ZERO) {
+                        if let Err(e) = result {
+                            tracing::warn!(error = %e, "consumer error");
+                        }
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(MAIN_QUEUE_EVERY) => {}
+                        _ = stop.requested() => {}
                     }
                 }
-            })?);
+            });
         }
 
         for store in &config.stores {
@@ -79,20 +90,18 @@ impl Engine {
                 catching_up: catching_up.clone(),
                 board: board.clone(),
                 stop: stop.clone(),
+                tasks: tasks.clone(),
                 turns: turns.clone(),
                 watermarks: watermarks.clone(),
                 descriptor_limit,
                 options: options.clone(),
             };
-            threads.push(spawn(
-                &format!("store-{}", store.name),
-                &board,
-                move || setup.run(),
-            )?);
+            tasks.spawn(format!("store {}", store.name), setup.run());
         }
         Ok(Engine {
-            stop,
-            threads,
+            stop: stop_handle,
+            runtime: Some(runtime),
+            tasks,
             board,
         })
     }
@@ -103,12 +112,13 @@ impl Engine {
     }
 
     fn shutdown(&mut self) {
-        self.stop.store(true, Relaxed);
-        for thread in self.threads.drain(..) {
-            if thread.join().is_err() {
-                tracing::error!("a restore thread panicked");
-            }
-        }
+        let Some(runtime) = self.runtime.take() else {
+            return;
+        };
+        self.stop.request();
+        self.tasks.wait();
+        // Every task has finished; what is left are blocking calls nobody waits for any more.
+        runtime.shutdown_background();
         self.board.restore_alive.store(false, Relaxed);
     }
 }
@@ -119,24 +129,6 @@ impl Drop for Engine {
     }
 }
 
-/// Starts a restore thread. If it panics, the board says the engine is no longer alive, which
-/// `/livez` reports so Kubernetes restarts the pod.
-fn spawn(
-    name: &str,
-    board: &Arc<Board>,
-    f: impl FnOnce() + Send + 'static,
-) -> std::io::Result<JoinHandle<()>> {
-    let board = board.clone();
-    std::thread::Builder::new()
-        .name(name.chars().take(15).collect())
-        .spawn(move || {
-            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
-                tracing::error!("a restore thread panicked; /livez now fails");
-                board.restore_alive.store(false, Relaxed);
-            }
-        })
-}
-
 /// Resolves one store's partitions (retrying while the topic is missing), then runs a worker per
 /// partition. A missing topic fails this store only.
 struct StoreSetup {
@@ -145,7 +137,8 @@ struct StoreSetup {
     tailing: Arc<ChangelogConsumer>,
     catching_up: Arc<ChangelogConsumer>,
     board: Arc<Board>,
-    stop: Arc<AtomicBool>,
+    stop: Stop,
+    tasks: Tasks,
     turns: Arc<turns::Turns>,
     watermarks: Arc<WatermarkCells>,
     /// The process's soft limit on open files, if it could be read.
@@ -154,11 +147,10 @@ struct StoreSetup {
 }
 
 impl StoreSetup {
-    fn run(self) {
-        let Some(partitions) = self.resolve_partitions() else {
+    async fn run(self) {
+        let Some(partitions) = self.resolve_partitions().await else {
             return;
         };
-        let mut workers = Vec::new();
         for partition in partitions {
             let tp = TopicPartition::new(&self.store.changelog, partition);
             let paths = StorePaths::new(&self.config.state_dir, &self.store.name, partition);
@@ -170,8 +162,11 @@ impl StoreSetup {
             ));
             self.board.add(status.clone());
             // Split before assigning, so no record of this partition reaches a main queue.
+            let wake = Arc::new(Notify::new());
             let lane = |consumer: &Arc<ChangelogConsumer>| {
-                let queue = consumer.split_partition_queue(&tp.topic, partition)?;
+                let mut queue = consumer.split_partition_queue(&tp.topic, partition)?;
+                let wake = wake.clone();
+                queue.set_nonempty_callback(move || wake.notify_one());
                 Some(LaneQueue {
                     consumer: consumer.clone(),
                     queue,
@@ -196,23 +191,13 @@ impl StoreSetup {
                 options: self.options.clone(),
                 restore: self.config.restore.clone(),
                 stop: self.stop.clone(),
+                wake,
                 turns: self.turns.clone(),
             };
-            match spawn(
-                &format!("{}-{partition}", self.store.name),
-                &self.board,
-                move || worker.run(),
-            ) {
-                Ok(handle) => workers.push(handle),
-                Err(e) => {
-                    tracing::error!(store = %self.store.name, partition, error = %e, "cannot start a worker")
-                }
-            }
+            self.tasks
+                .spawn(format!("{}-{partition}", self.store.name), worker.run());
         }
         self.check_descriptors();
-        for worker in workers {
-            let _ = worker.join();
-        }
     }
 
     /// Warns when the stores known so far may need more descriptors than the process may open.
@@ -230,13 +215,16 @@ impl StoreSetup {
         }
     }
 
-    fn resolve_partitions(&self) -> Option<Vec<i32>> {
+    async fn resolve_partitions(&self) -> Option<Vec<i32>> {
         if let Some(partitions) = &self.store.partitions {
             return Some(partitions.clone());
         }
         let mut attempt = 0;
         loop {
-            match changelog::partitions_of(&self.tailing, &self.store.changelog, METADATA_TIMEOUT) {
+            let (consumer, topic) = (self.tailing.clone(), self.store.changelog.clone());
+            let request =
+                blocking(move || changelog::partitions_of(&consumer, &topic, METADATA_TIMEOUT));
+            match request.await {
                 Ok(partitions) => {
                     self.board.set_store_error(&self.store.name, None);
                     return Some(partitions);
@@ -251,12 +239,9 @@ impl StoreSetup {
                     tracing::warn!(store = %self.store.name, topic = %self.store.changelog, %error,
                         retry_in_s = delay.as_secs(), "store failed; retrying");
                     self.board.set_store_error(&self.store.name, Some(error));
-                    let until = Instant::now() + delay;
-                    while Instant::now() < until {
-                        if self.stop.load(Relaxed) {
-                            return None;
-                        }
-                        std::thread::sleep(Duration::from_millis(100));
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = self.stop.requested() => return None,
                     }
                 }
             }

@@ -8,15 +8,20 @@
 //! at all is `policy::needs_turn`.
 
 use std::collections::VecDeque;
-use std::sync::atomic::AtomicBool;
-use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::Notify;
+
+use super::tasks::Stop;
+
+/// How often the head of the line weighs itself again while nothing is released.
+const REWEIGH_EVERY: Duration = Duration::from_millis(100);
 
 #[derive(Debug)]
 pub struct Turns {
     budget: Mutex<Budget>,
-    freed: Condvar,
+    /// Woken when bytes come back or the head of the line changes.
+    freed: Notify,
     total: u64,
     /// Memory one full turn stands for: the memtable budget over `max_parallel_restores`.
     pub turn_bytes: u64,
@@ -40,6 +45,26 @@ pub struct Turn {
     bytes: u64,
 }
 
+/// A place in the line; leaving it (granted, stopped, or the waiting task dropped) lets the next
+/// one look.
+struct InLine<'a> {
+    turns: &'a Turns,
+    ticket: u64,
+}
+
+impl Drop for InLine<'_> {
+    fn drop(&mut self) {
+        self.turns.lock().queue.retain(|t| *t != self.ticket);
+        self.turns.freed.notify_waiters();
+    }
+}
+
+enum Look {
+    Stopped,
+    Granted(u64),
+    Wait { head: bool },
+}
+
 impl Turns {
     pub fn new(turns: usize, turn_bytes: u64) -> Arc<Turns> {
         let turn_bytes = turn_bytes.max(1);
@@ -49,53 +74,75 @@ impl Turns {
                 free: total as i64,
                 ..Budget::default()
             }),
-            freed: Condvar::new(),
+            freed: Notify::new(),
             total,
             turn_bytes,
         })
     }
 
-    /// Waits, in turn, until the bytes `weigh` asks for are free; `None` when `stop` is set first.
-    /// `weigh` is asked again at every look: what a catch-up needs becomes clearer while it waits
-    /// (the first records of its topic show their size).
-    pub fn acquire(
+    /// Waits, in turn, until the bytes `weigh` asks for are free; `None` when a stop is requested
+    /// first. `weigh` is asked again while the partition heads the line: what a catch-up needs
+    /// becomes clearer while it waits (the first records of its topic show their size).
+    pub async fn acquire(
         self: &Arc<Self>,
         mut weigh: impl FnMut() -> u64,
-        stop: &AtomicBool,
+        stop: &Stop,
     ) -> Option<Turn> {
-        let mut budget = self.lock();
-        let ticket = budget.next_ticket;
-        budget.next_ticket += 1;
-        budget.queue.push_back(ticket);
-        loop {
-            if stop.load(Relaxed) {
-                budget.queue.retain(|t| *t != ticket);
-                self.freed.notify_all();
-                return None;
+        let line = {
+            let mut budget = self.lock();
+            let ticket = budget.next_ticket;
+            budget.next_ticket += 1;
+            budget.queue.push_back(ticket);
+            InLine {
+                turns: self,
+                ticket,
             }
-            // Only the head of the line weighs itself: the others could not go first anyway, and
-            // weighing reads every partition's counters, on every wake-up of every waiter.
-            if budget.queue.front() == Some(&ticket) {
-                let bytes = weigh().clamp(1, self.total);
-                if budget.free >= bytes as i64 {
-                    budget.queue.pop_front();
-                    budget.free -= bytes as i64;
-                    // The next in line may fit into what is left.
-                    self.freed.notify_all();
+        };
+        loop {
+            // Registered before looking, so a release between the look and the wait is not missed.
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            match self.look(line.ticket, &mut weigh, stop) {
+                Look::Stopped => return None,
+                Look::Granted(bytes) => {
+                    // Leaving the line wakes the next in line, which may fit into what is left.
+                    drop(line);
                     return Some(Turn {
                         turns: self.clone(),
                         bytes,
                     });
                 }
+                // Only the head of the line weighs itself again: the others could not go first
+                // anyway, and a thousand waiters waking on a timer would cost a core.
+                Look::Wait { head: true } => tokio::select! {
+                    _ = &mut freed => {}
+                    _ = stop.requested() => {}
+                    _ = tokio::time::sleep(REWEIGH_EVERY) => {}
+                },
+                Look::Wait { head: false } => tokio::select! {
+                    _ = &mut freed => {}
+                    _ = stop.requested() => {}
+                },
             }
-            // Woken by a release or a new head of the line, or every 100 ms to look at the stop
-            // flag and weigh again.
-            budget = self
-                .freed
-                .wait_timeout(budget, Duration::from_millis(100))
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
         }
+    }
+
+    fn look(&self, ticket: u64, weigh: &mut impl FnMut() -> u64, stop: &Stop) -> Look {
+        if stop.is_requested() {
+            return Look::Stopped;
+        }
+        let mut budget = self.lock();
+        if budget.queue.front() != Some(&ticket) {
+            return Look::Wait { head: false };
+        }
+        let bytes = weigh().clamp(1, self.total);
+        if budget.free < bytes as i64 {
+            return Look::Wait { head: true };
+        }
+        budget.queue.pop_front();
+        budget.free -= bytes as i64;
+        Look::Granted(bytes)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Budget> {
@@ -106,7 +153,7 @@ impl Turns {
         self.lock().free += bytes;
         if bytes > 0 {
             // Waiters want different amounts: each looks for itself.
-            self.freed.notify_all();
+            self.freed.notify_waiters();
         }
     }
 }
@@ -136,11 +183,30 @@ impl Drop for Turn {
 mod tests {
     use super::*;
 
+    use crate::restore::tasks::stop_pair;
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
     const TURN: u64 = 1 << 20;
+
+    fn acquire_with(turns: &Arc<Turns>, weigh: impl FnMut() -> u64, stop: bool) -> Option<Turn> {
+        let (handle, stop_seen) = stop_pair();
+        if stop {
+            handle.request();
+        }
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a runtime")
+            .block_on(turns.acquire(weigh, &stop_seen))
+    }
+
+    fn take(turns: &Arc<Turns>, bytes: u64) -> Option<Turn> {
+        acquire_with(turns, || bytes, false)
+    }
 
     fn waiter(turns: &Arc<Turns>, bytes: u64) -> std::thread::JoinHandle<bool> {
         let turns = turns.clone();
-        std::thread::spawn(move || turns.acquire(|| bytes, &AtomicBool::new(false)).is_some())
+        std::thread::spawn(move || take(&turns, bytes).is_some())
     }
 
     fn still_waiting(waiter: &std::thread::JoinHandle<bool>) -> bool {
@@ -151,9 +217,8 @@ mod tests {
     #[test]
     fn full_turns_are_limited_by_count_and_a_release_frees_one() {
         let turns = Turns::new(2, TURN);
-        let stop = AtomicBool::new(false);
-        let a = turns.acquire(|| TURN, &stop).expect("first");
-        let _b = turns.acquire(|| TURN, &stop).expect("second");
+        let a = take(&turns, TURN).expect("first");
+        let _b = take(&turns, TURN).expect("second");
         let third = waiter(&turns, TURN);
         assert!(still_waiting(&third), "a third full turn waits");
         drop(a);
@@ -163,9 +228,8 @@ mod tests {
     #[test]
     fn small_catch_ups_share_a_turn() {
         let turns = Turns::new(1, TURN);
-        let stop = AtomicBool::new(false);
         let held: Vec<Turn> = (0..8)
-            .map(|_| turns.acquire(|| TURN / 8, &stop).expect("an eighth"))
+            .map(|_| take(&turns, TURN / 8).expect("an eighth"))
             .collect();
         let next = waiter(&turns, TURN / 8);
         assert!(still_waiting(&next), "the turn is used up");
@@ -176,8 +240,7 @@ mod tests {
     #[test]
     fn shrinking_a_turn_lets_a_waiter_in() {
         let turns = Turns::new(1, TURN);
-        let stop = AtomicBool::new(false);
-        let mut whole = turns.acquire(|| TURN, &stop).expect("whole turn");
+        let mut whole = take(&turns, TURN).expect("whole turn");
         let small = waiter(&turns, TURN / 4);
         assert!(still_waiting(&small));
         whole.resize(TURN / 2);
@@ -188,9 +251,8 @@ mod tests {
     #[test]
     fn growing_a_turn_never_waits_but_holds_back_others() {
         let turns = Turns::new(1, TURN);
-        let stop = AtomicBool::new(false);
-        let mut first = turns.acquire(|| TURN / 2, &stop).expect("half");
-        let second = turns.acquire(|| TURN / 2, &stop).expect("other half");
+        let mut first = take(&turns, TURN / 2).expect("half");
+        let second = take(&turns, TURN / 2).expect("other half");
         first.resize(TURN);
         drop(second);
         let next = waiter(&turns, TURN / 2);
@@ -202,15 +264,11 @@ mod tests {
     #[test]
     fn a_waiter_weighs_itself_again_while_it_waits() {
         let turns = Turns::new(1, TURN);
-        let _half = turns.acquire(|| TURN / 2, &AtomicBool::new(false));
-        let need = Arc::new(std::sync::atomic::AtomicU64::new(TURN));
+        let _half = take(&turns, TURN / 2);
+        let need = Arc::new(AtomicU64::new(TURN));
         let waiter = {
             let (turns, need) = (turns.clone(), need.clone());
-            std::thread::spawn(move || {
-                turns
-                    .acquire(|| need.load(Relaxed), &AtomicBool::new(false))
-                    .is_some()
-            })
+            std::thread::spawn(move || acquire_with(&turns, || need.load(Relaxed), false).is_some())
         };
         assert!(still_waiting(&waiter), "a full turn does not fit");
         need.store(TURN / 4, Relaxed);
@@ -223,8 +281,7 @@ mod tests {
     #[test]
     fn small_catch_ups_do_not_overtake_a_large_one() {
         let turns = Turns::new(1, TURN);
-        let stop = AtomicBool::new(false);
-        let half = turns.acquire(|| TURN / 2, &stop).expect("half");
+        let half = take(&turns, TURN / 2).expect("half");
         let large = waiter(&turns, TURN);
         assert!(still_waiting(&large));
         let small = waiter(&turns, TURN / 4);
@@ -239,24 +296,40 @@ mod tests {
     #[test]
     fn a_waiter_that_stops_leaves_the_line() {
         let turns = Turns::new(1, TURN);
-        let _whole = turns.acquire(|| TURN, &AtomicBool::new(false));
-        let stop = AtomicBool::new(true);
-        assert!(turns.acquire(|| TURN, &stop).is_none());
+        let _whole = take(&turns, TURN);
+        assert!(acquire_with(&turns, || TURN, true).is_none());
         assert!(turns.lock().queue.is_empty());
     }
 
     #[test]
     fn a_request_larger_than_everything_takes_everything() {
         let turns = Turns::new(1, TURN);
-        let turn = turns.acquire(|| 10 * TURN, &AtomicBool::new(false));
+        let turn = take(&turns, 10 * TURN);
         assert_eq!(turn.map(|s| s.bytes()), Some(TURN));
     }
 
     #[test]
     fn stop_ends_the_wait() {
         let turns = Turns::new(1, TURN);
-        let _held = turns.acquire(|| TURN, &AtomicBool::new(false));
-        let stop = AtomicBool::new(true);
-        assert!(turns.acquire(|| 1, &stop).is_none());
+        let _held = take(&turns, TURN);
+        let (handle, stop) = stop_pair();
+        let waiting = {
+            let turns = turns.clone();
+            std::thread::spawn(move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_time()
+                    .build()
+                    .expect("a runtime")
+                    .block_on(turns.acquire(|| 1, &stop))
+                    .is_none()
+            })
+        };
+        assert!(still_waiting(&waiting), "the turn is held");
+        handle.request();
+        assert!(
+            waiting.join().unwrap(),
+            "a stop while waiting ends the wait"
+        );
+        assert!(turns.lock().queue.is_empty(), "and leaves the line");
     }
 }

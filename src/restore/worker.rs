@@ -1,19 +1,21 @@
-//! One thread per store partition: open the store under the dirty rules, assign the partition at
-//! the store's own offset, apply records in commits, keep tailing. RocksDB work stays on this thread,
-//! never on the async runtime, and partitions progress independently.
+//! One task per store partition: open the store under the dirty rules, assign the partition at
+//! the store's own offset, apply records in commits, keep tailing. The task runs on the engine's
+//! own runtime (`tasks`), never on the one serving HTTP; it waits for records without holding a
+//! thread, woken by librdkafka when the partition's queue receives something.
 
 use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
-use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 
 use super::phase::{self, Event, Phase, Transition};
 use super::policy::{self, ConsumeError, Pending};
+use super::tasks::{blocking, Stop};
 use super::turns::{Turn, Turns};
 use crate::changelog::{ChangelogConsumer, EngineContext, Watermarks};
 use crate::config::RestoreConfig;
@@ -21,7 +23,12 @@ use crate::dirty::{LogBounds, WipeReason};
 use crate::status::{cause_suffix, PartitionState, PartitionStatus};
 use crate::store::{OpenOutcome, Store, StoreError, StoreOptions, StorePaths, TopicPartition};
 
-const POLL_TIMEOUT: Duration = Duration::from_millis(100);
+/// How often a partition with nothing to read looks again anyway: to commit once
+/// `commit_interval` has passed, to flush within its bound, to see an end offset that moved past
+/// transaction markers (which are never delivered), and to show an outage.
+const IDLE_LOOK_EVERY: Duration = Duration::from_secs(1);
+/// How often a partition waiting for the log's offsets checks whether Kafka is known to be down.
+const OUTAGE_LOOK_EVERY: Duration = Duration::from_secs(1);
 const WATERMARK_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bookkeeping (commit decision, status update) happens at least this often in records.
 const MAX_BATCH_RECORDS: usize = 10_000;
@@ -44,7 +51,9 @@ pub struct Worker {
     pub paths: StorePaths,
     pub options: StoreOptions,
     pub restore: RestoreConfig,
-    pub stop: Arc<AtomicBool>,
+    pub stop: Stop,
+    /// Notified by librdkafka when either lane's queue receives something while empty.
+    pub wake: Arc<Notify>,
     pub turns: Arc<Turns>,
 }
 
@@ -140,6 +149,8 @@ struct Run<'a> {
     last_commit: Instant,
     last_batch: Instant,
     last_properties: Instant,
+    /// The last batch emptied the lane's queue: wait to be woken before the next.
+    drained: bool,
 }
 
 /// What the message loop saw in one batch.
@@ -153,6 +164,8 @@ struct Batch {
     /// The partition cannot be consumed: topic or partition gone, or a batch librdkafka could not
     /// decode (which it would skip).
     kafka_failure: Option<KafkaFailure>,
+    /// The queue had nothing more when the batch ended.
+    drained: bool,
     /// Timestamp of the last record taken, published once per batch (lag in seconds).
     last_timestamp_ms: Option<i64>,
 }
@@ -160,11 +173,11 @@ struct Batch {
 impl Worker {
     /// Runs until the stop flag is set; failures are logged, shown as `failed` and retried with
     /// exponential backoff.
-    pub fn run(self) {
+    pub async fn run(self) {
         let mut attempt = 0;
-        while !self.stop.load(Relaxed) {
+        while !self.stop.is_requested() {
             let started = Instant::now();
-            match self.attempt() {
+            match self.attempt().await {
                 Ok(()) => break,
                 Err(failure) => {
                     if started.elapsed() > Duration::from_secs(60) {
@@ -182,29 +195,43 @@ impl Worker {
                     );
                     self.status
                         .set_state(PartitionState::Failed, Some(failure.to_string()));
-                    self.sleep(delay);
+                    self.sleep(delay).await;
                 }
             }
         }
     }
 
-    fn sleep(&self, duration: Duration) {
-        let until = Instant::now() + duration;
-        while !self.stop.load(Relaxed) && Instant::now() < until {
-            std::thread::sleep(POLL_TIMEOUT);
+    async fn sleep(&self, duration: Duration) {
+        tokio::select! {
+            _ = tokio::time::sleep(duration) => {}
+            _ = self.stop.requested() => {}
         }
     }
 
-    fn bounds(&self) -> Result<LogBounds, Failure> {
-        let (low, high) = self
-            .tailing
-            .consumer
-            .fetch_watermarks(&self.tp.topic, self.tp.partition, WATERMARK_TIMEOUT)
-            .map_err(|source| KafkaFailure::Offsets {
-                tp: self.tp.clone(),
-                source,
-                cause: self.board.kafka_cause(),
-            })?;
+    /// The log's offsets, asked of the broker. The request blocks for up to its timeout, so it
+    /// runs on a blocking thread; while it waits (or waits for a thread), a known outage shows.
+    async fn bounds(&self) -> Result<LogBounds, Failure> {
+        let (consumer, tp) = (self.tailing.consumer.clone(), self.tp.clone());
+        let request =
+            blocking(move || consumer.fetch_watermarks(&tp.topic, tp.partition, WATERMARK_TIMEOUT));
+        tokio::pin!(request);
+        let answer = loop {
+            tokio::select! {
+                answer = &mut request => break answer,
+                _ = tokio::time::sleep(OUTAGE_LOOK_EVERY) => {
+                    if let Some(outage) = self.board.kafka_outage() {
+                        if self.status.error().as_deref() != Some(outage.as_str()) {
+                            self.status.set_state(PartitionState::Failed, Some(outage));
+                        }
+                    }
+                }
+            }
+        };
+        let (low, high) = answer.map_err(|source| KafkaFailure::Offsets {
+            tp: self.tp.clone(),
+            source,
+            cause: self.board.kafka_cause(),
+        })?;
         self.watermarks.set(low, high);
         self.status.log_start.store(low, Relaxed);
         self.status.end_offset.store(high, Relaxed);
@@ -214,17 +241,14 @@ impl Worker {
         })
     }
 
-    fn attempt(&self) -> Result<(), Failure> {
+    async fn attempt(&self) -> Result<(), Failure> {
         self.status
             .set_state(PartitionState::Opening, self.status.error());
-        let bounds = self.bounds()?;
-        let (store, outcome) = Store::open(
-            self.paths.clone(),
-            self.tp.clone(),
-            &self.options,
-            self.restore.on_unclean_shutdown,
-            Some(bounds),
-        )?;
+        let bounds = self.bounds().await?;
+        let (paths, tp, options) = (self.paths.clone(), self.tp.clone(), self.options.clone());
+        let on_unclean = self.restore.on_unclean_shutdown;
+        let (store, outcome) =
+            blocking(move || Store::open(paths, tp, &options, on_unclean, Some(bounds))).await?;
         match &outcome {
             OpenOutcome::Wiped { reason, .. } => self.status.count_wipe(*reason),
             OpenOutcome::Resumed { unclean: true, .. } => {
@@ -236,13 +260,13 @@ impl Worker {
         }
         tracing::info!(store = %self.status.store, topic = %self.tp.topic, partition = self.tp.partition,
             outcome = ?outcome, log_start = bounds.log_start, end_offset = bounds.high_watermark, "store opened");
-        self.restore_loop(store, bounds)
+        self.restore_loop(store, bounds).await
     }
 
     /// Runs the partition's phase machine (`phase`) from an open store until it closes or fails:
     /// each pass of the loop performs one phase's step, which reports an event, and the transition
     /// the event leads to.
-    fn restore_loop(&self, store: Store, bounds: LogBounds) -> Result<(), Failure> {
+    async fn restore_loop(&self, store: Store, bounds: LogBounds) -> Result<(), Failure> {
         let mut store = store;
         let mut run = Run {
             next: store.applied().map_or(bounds.log_start, |a| a + 1),
@@ -254,6 +278,7 @@ impl Worker {
             last_commit: Instant::now(),
             last_batch: Instant::now(),
             last_properties: Instant::now() - PROPERTIES_EVERY,
+            drained: false,
         };
         self.status
             .applied
@@ -278,13 +303,13 @@ impl Worker {
                     return failure.map_or(Ok(()), Err);
                 }
                 Phase::Dropped => return failure.map_or(Ok(()), Err),
-                _ if self.stop.load(Relaxed) => Ok(Some(Event::StopRequested)),
-                Phase::Waiting => Ok(Some(self.wait_for_turn(&mut run))),
-                Phase::Wiping { .. } => match self.wiping_bounds() {
+                _ if self.stop.is_requested() => Ok(Some(Event::StopRequested)),
+                Phase::Waiting => Ok(Some(self.wait_for_turn(&mut run).await)),
+                Phase::Wiping { .. } => match self.wiping_bounds().await {
                     Ok(bounds) => {
                         // A wipe that fails leaves no store to close: the attempt ends here, as
                         // the machine's `Dropped` would end it.
-                        store = self.wipe(store, &mut run, bounds)?;
+                        store = self.wipe(store, &mut run, bounds).await?;
                         Ok(Some(Event::Positioned {
                             far_behind: self.far_behind(run.next, bounds.high_watermark),
                         }))
@@ -292,13 +317,30 @@ impl Worker {
                     Err(f) => Err(f),
                 },
                 Phase::CatchingUp { .. } | Phase::Tailing => {
-                    self.fetch(&mut run, &mut store, phase)
+                    let step = self.fetch(&mut run, &mut store, phase);
+                    if matches!(step, Ok(None)) && run.drained {
+                        self.idle().await;
+                    } else {
+                        // Many partitions share a few threads: a busy one lets the others run.
+                        tokio::task::yield_now().await;
+                    }
+                    step
                 }
             };
             transition = match step {
                 Ok(event) => event.and_then(|e| phase.on(e)),
                 Err(f) => failed(phase, f, &mut failure),
             };
+        }
+    }
+
+    /// Waits until the lane's queue receives something, a stop is requested, or it is time to
+    /// look anyway.
+    async fn idle(&self) {
+        tokio::select! {
+            _ = self.wake.notified() => {}
+            _ = self.stop.requested() => {}
+            _ = tokio::time::sleep(IDLE_LOOK_EVERY) => {}
         }
     }
 
@@ -359,7 +401,7 @@ impl Worker {
 
     /// Waits for a turn to catch up (`policy::needs_turn` said the partition is far behind),
     /// sized by the lag and the topic's record size seen so far.
-    fn wait_for_turn(&self, run: &mut Run) -> Event {
+    async fn wait_for_turn(&self, run: &mut Run<'_>) -> Event {
         let (next, end) = (run.next, self.watermarks.end_offset());
         let weigh = || {
             policy::turn_weight(
@@ -369,7 +411,7 @@ impl Worker {
             )
         };
         self.status.waiting.store(true, Relaxed);
-        run.turn = self.turns.acquire(weigh, &self.stop);
+        run.turn = self.turns.acquire(weigh, &self.stop).await;
         self.status.waiting.store(false, Relaxed);
         if run.turn.is_some() {
             Event::TurnGranted
@@ -379,18 +421,23 @@ impl Worker {
     }
 
     /// The log's bounds for a rebuild, shown as `wiping` while asked for.
-    fn wiping_bounds(&self) -> Result<LogBounds, Failure> {
+    async fn wiping_bounds(&self) -> Result<LogBounds, Failure> {
         self.status.set_state(PartitionState::Wiping, None);
-        self.bounds()
+        self.bounds().await
     }
 
     /// Out of range: wipes the store and positions it at log-start, to be rebuilt.
-    fn wipe(&self, store: Store, run: &mut Run, bounds: LogBounds) -> Result<Store, StoreError> {
+    async fn wipe(
+        &self,
+        store: Store,
+        run: &mut Run<'_>,
+        bounds: LogBounds,
+    ) -> Result<Store, StoreError> {
         let detail = format!(
             "fetch at offset {} of {} is out of range (retention or compaction passed the store)",
             run.next, self.tp
         );
-        let store = store.wipe(WipeReason::OffsetOutOfRange, &detail)?;
+        let store = blocking(move || store.wipe(WipeReason::OffsetOutOfRange, &detail)).await?;
         self.status.count_wipe(WipeReason::OffsetOutOfRange);
         run.next = bounds.log_start;
         run.last_taken = None;
@@ -422,6 +469,7 @@ impl Worker {
         };
         let lane = assignment.lane;
         let batch = self.take_batch(lane, store, &mut run.next, &mut run.last_taken, budget);
+        run.drained = batch.drained;
         if let Some(failure) = batch.kafka_failure {
             return Err(failure.into());
         }
@@ -468,7 +516,9 @@ impl Worker {
             run.last_commit = Instant::now();
         }
         let now = Instant::now();
-        store.maybe_flush_within(now, phase.flush_bound(self.options.flush_interval))?;
+        if store.flush_due_within(now, phase.flush_bound(self.options.flush_interval)) {
+            store.flush()?;
+        }
 
         status.records.fetch_add(batch.records, Relaxed);
         status.bytes.fetch_add(batch.bytes, Relaxed);
@@ -547,8 +597,11 @@ impl Worker {
         budget: usize,
     ) -> Batch {
         let mut batch = Batch::default();
-        let mut message = lane.queue.poll(POLL_TIMEOUT);
-        while let Some(result) = message {
+        loop {
+            let Some(result) = lane.queue.poll(Duration::ZERO) else {
+                batch.drained = true;
+                break;
+            };
             match result {
                 Ok(m) => {
                     let offset = m.offset();
@@ -605,7 +658,6 @@ impl Worker {
             if batch.records as usize >= MAX_BATCH_RECORDS || store.uncommitted_bytes() >= budget {
                 break;
             }
-            message = lane.queue.poll(Duration::ZERO);
         }
         if let Some(ts) = batch.last_timestamp_ms {
             self.status.last_record_ts_ms.store(ts, Relaxed);

@@ -228,24 +228,21 @@ impl Store {
 
     /// Flushes when the time bound says so; also called on a timer so idle stores get flushed.
     pub fn maybe_flush(&mut self, now: Instant) -> Result<bool, StoreError> {
-        self.maybe_flush_within(now, self.options.flush_interval)
-    }
-
-    /// Like `maybe_flush`, with a tighter bound than the configured one (never a looser one).
-    pub fn maybe_flush_within(
-        &mut self,
-        now: Instant,
-        bound: Duration,
-    ) -> Result<bool, StoreError> {
-        if flush_due(
-            self.unflushed_since,
-            now,
-            bound.min(self.options.flush_interval),
-        ) {
+        if self.flush_due_within(now, self.options.flush_interval) {
             self.flush()?;
             return Ok(true);
         }
         Ok(false)
+    }
+
+    /// Whether a flush is due under a bound tighter than the configured one (never a looser one).
+    /// The caller flushes: it knows whether waiting on the disk may hold a shared thread.
+    pub fn flush_due_within(&self, now: Instant, bound: Duration) -> bool {
+        flush_due(
+            self.unflushed_since,
+            now,
+            bound.min(self.options.flush_interval),
+        )
     }
 
     /// One atomic flush of every column family.

@@ -1,0 +1,133 @@
+//! The engine's tasks: every store partition is a task on one small runtime, not a thread of its
+//! own, so a thousand partitions cost a thousand futures and the threads stay a few per core. This
+//! module holds what the tasks share: the stop request, the count of tasks still running (so
+//! stopping can wait for every store to close, from any context), and the runtime itself.
+
+use std::future::Future;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Condvar, Mutex};
+use tokio::sync::watch;
+
+use crate::status::Board;
+
+/// Threads for blocking calls (a metadata or watermark request, opening or wiping a store). They
+/// wait on the network or the disk, not the CPU; a few are enough, and the bound keeps the thread
+/// count independent of the partitions.
+const BLOCKING_THREADS: usize = 4;
+
+/// Asks every task to stop; held by the engine.
+pub struct StopHandle(watch::Sender<bool>);
+
+/// What a task looks at to learn that the engine stops.
+#[derive(Clone)]
+pub struct Stop(watch::Receiver<bool>);
+
+pub fn stop_pair() -> (StopHandle, Stop) {
+    let (tx, rx) = watch::channel(false);
+    (StopHandle(tx), Stop(rx))
+}
+
+impl StopHandle {
+    pub fn request(&self) {
+        self.0.send_replace(true);
+    }
+}
+
+impl Stop {
+    pub fn is_requested(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Completes once a stop is requested (at once if it already was).
+    pub async fn requested(&self) {
+        let mut rx = self.0.clone();
+        let _ = rx.wait_for(|stop| *stop).await;
+    }
+}
+
+/// The engine's runtime and its running tasks.
+#[derive(Clone)]
+pub struct Tasks {
+    handle: tokio::runtime::Handle,
+    running: Arc<(Mutex<usize>, Condvar)>,
+    board: Arc<Board>,
+}
+
+/// Counts one running task; a task dropped before it finished panicked, and the board says the
+/// engine is no longer alive, which `/livez` reports so Kubernetes restarts the pod.
+struct Running {
+    tasks: Tasks,
+    name: String,
+    finished: bool,
+}
+
+impl Running {
+    fn finish(mut self) {
+        self.finished = true;
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if !self.finished {
+            tracing::error!(task = %self.name, "a restore task panicked; /livez now fails");
+            self.tasks.board.restore_alive.store(false, Relaxed);
+        }
+        let (count, done) = &*self.tasks.running;
+        *count.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        done.notify_all();
+    }
+}
+
+/// Builds the engine's runtime: one worker thread per core for the restore work, which is CPU
+/// bound, and a few threads for blocking calls.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cores)
+        .max_blocking_threads(BLOCKING_THREADS)
+        .thread_name("restore")
+        .enable_time()
+        .build()
+}
+
+impl Tasks {
+    pub fn new(handle: tokio::runtime::Handle, board: Arc<Board>) -> Tasks {
+        Tasks {
+            handle,
+            running: Arc::new((Mutex::new(0), Condvar::new())),
+            board,
+        }
+    }
+
+    pub fn spawn(&self, name: String, task: impl Future<Output = ()> + Send + 'static) {
+        *self.running.0.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        let running = Running {
+            tasks: self.clone(),
+            name,
+            finished: false,
+        };
+        self.handle.spawn(async move {
+            task.await;
+            running.finish();
+        });
+    }
+
+    /// Blocks until every task has finished. Callable from anywhere, an async context included.
+    pub fn wait(&self) {
+        let (count, done) = &*self.running;
+        let mut count = count.lock().unwrap_or_else(|e| e.into_inner());
+        while *count > 0 {
+            count = done.wait(count).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// Runs a blocking call on the blocking threads and waits for it without holding a worker thread.
+pub async fn blocking<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(call).await {
+        Ok(value) => value,
+        // Cancellation only happens when the runtime shuts down, after every task has finished.
+        Err(error) => std::panic::resume_unwind(error.into_panic()),
+    }
+}
