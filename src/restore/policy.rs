@@ -89,17 +89,6 @@ pub fn turn_weight(records: i64, bytes_per_record: Option<f64>, turn_bytes: u64)
     }
 }
 
-/// Why a commit is due now; `None` when it is not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CommitReason {
-    /// The uncommitted buffer reached its share of `max_uncommitted_bytes`.
-    Bytes,
-    /// `commit_interval` has passed since the last commit.
-    Interval,
-    /// The partition just caught up: make the warm state durable right away.
-    CaughtUp,
-}
-
 #[derive(Debug, Clone, Copy)]
 pub struct Pending {
     /// Something was applied (or skipped) since the last commit, so the offset would move.
@@ -110,18 +99,14 @@ pub struct Pending {
     pub just_caught_up: bool,
 }
 
-pub fn commit_due(p: Pending, commit_interval: Duration, max_bytes: usize) -> Option<CommitReason> {
-    if !p.dirty {
-        None
-    } else if p.uncommitted_bytes >= max_bytes {
-        Some(CommitReason::Bytes)
-    } else if p.just_caught_up {
-        Some(CommitReason::CaughtUp)
-    } else if p.since_last_commit >= commit_interval {
-        Some(CommitReason::Interval)
-    } else {
-        None
-    }
+/// A commit is due when something is pending and the uncommitted buffer reached its share of
+/// `max_uncommitted_bytes`, the partition just caught up (make the warm state durable at once), or
+/// `commit_interval` has passed since the last commit.
+pub fn commit_due(p: Pending, commit_interval: Duration, max_bytes: usize) -> bool {
+    p.dirty
+        && (p.uncommitted_bytes >= max_bytes
+            || p.just_caught_up
+            || p.since_last_commit >= commit_interval)
 }
 
 /// `max_uncommitted_bytes` bounds the whole process, so each partition gets an equal share (at
@@ -267,25 +252,25 @@ mod tests {
     #[test]
     fn commit_rules() {
         let interval = Duration::from_secs(10);
-        assert_eq!(
-            commit_due(pending(false, 1 << 30, 99, true), interval, 1024),
-            None
+        assert!(
+            !commit_due(pending(false, 1 << 30, 99, true), interval, 1024),
+            "nothing pending"
         );
-        assert_eq!(
+        assert!(
             commit_due(pending(true, 1024, 0, false), interval, 1024),
-            Some(CommitReason::Bytes)
+            "buffer share full"
         );
-        assert_eq!(
+        assert!(
             commit_due(pending(true, 10, 0, true), interval, 1024),
-            Some(CommitReason::CaughtUp)
+            "just caught up"
         );
-        assert_eq!(
+        assert!(
             commit_due(pending(true, 10, 10, false), interval, 1024),
-            Some(CommitReason::Interval)
+            "interval passed"
         );
-        assert_eq!(
-            commit_due(pending(true, 10, 9, false), interval, 1024),
-            None
+        assert!(
+            !commit_due(pending(true, 10, 9, false), interval, 1024),
+            "none of them"
         );
     }
 

@@ -502,7 +502,7 @@ impl Worker {
             since_last_commit: run.last_commit.elapsed(),
             just_caught_up: event == Some(Event::CaughtUp),
         };
-        if let (Some(_), Some(offset)) = (
+        if let (true, Some(offset)) = (
             policy::commit_due(pending, self.restore.commit_interval, budget),
             run.last_taken,
         ) {
