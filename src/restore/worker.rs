@@ -372,7 +372,7 @@ impl Worker {
             drop(run.assignment.take());
         }
         if t.flush {
-            store.flush()?;
+            off_the_worker(|| store.flush())?;
         }
         if t.release_turn {
             drop(run.turn.take());
@@ -517,7 +517,7 @@ impl Worker {
         }
         let now = Instant::now();
         if store.flush_due_within(now, phase.flush_bound(self.options.flush_interval)) {
-            store.flush()?;
+            off_the_worker(|| store.flush())?;
         }
 
         status.records.fetch_add(batch.records, Relaxed);
@@ -580,7 +580,7 @@ impl Worker {
             store.commit(offset)?;
             self.status.applied.store(offset, Relaxed);
         }
-        store.close(None)?;
+        off_the_worker(|| store.close(None))?;
         tracing::info!(store = %self.status.store, topic = %self.tp.topic, partition = self.tp.partition,
             applied = ?last_taken, "store closed cleanly");
         Ok(())
@@ -672,6 +672,12 @@ fn failed(phase: Phase, f: Failure, failure: &mut Option<Failure>) -> Option<Tra
     let transition = phase.on(f.event());
     *failure = Some(f);
     transition
+}
+
+/// Runs a call that waits on the disk (a flush), handing this worker thread's other partitions to
+/// another thread meanwhile: with a thread per core, a flush would otherwise stop them all.
+fn off_the_worker<T>(call: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(call)
 }
 
 /// librdkafka's position for this partition, which accounts for skipped control records.
