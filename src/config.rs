@@ -65,7 +65,9 @@ pub struct RestoreConfig {
     pub wal: bool,
     /// Turns of memory for partitions catching up: a turn is the memtable budget over this count,
     /// and a catch-up smaller than that takes part of one (`restore::turns`). Tailing needs none.
-    pub max_parallel_restores: usize,
+    pub catch_up_turns: usize,
+    /// Settings given under an old name, to warn about at start.
+    pub deprecated: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
@@ -117,6 +119,8 @@ struct RawRestore {
     flush_interval: Option<HumanDuration>,
     #[serde(default)]
     wal: bool,
+    catch_up_turns: Option<usize>,
+    /// The former name of `catch_up_turns`; still read, with a warning.
     max_parallel_restores: Option<usize>,
 }
 
@@ -153,7 +157,8 @@ impl Default for RestoreConfig {
             ready_max_lag: 10_000,
             flush_interval: Duration::from_secs(60),
             wal: false,
-            max_parallel_restores: 4,
+            catch_up_turns: 4,
+            deprecated: Vec::new(),
         }
     }
 }
@@ -194,6 +199,21 @@ impl Config {
         }
         let defaults = RestoreConfig::default();
         let r = raw.restore;
+        let mut deprecated = Vec::new();
+        let catch_up_turns = match (r.catch_up_turns, r.max_parallel_restores) {
+            (Some(_), Some(_)) => {
+                return Err("restore.max_parallel_restores is the old name of restore.catch_up_turns; set only catch_up_turns".into())
+            }
+            (Some(turns), None) => turns,
+            (None, Some(turns)) => {
+                deprecated.push(
+                    "restore.max_parallel_restores is deprecated; it is now called restore.catch_up_turns"
+                        .to_string(),
+                );
+                turns
+            }
+            (None, None) => defaults.catch_up_turns,
+        };
         let restore = RestoreConfig {
             commit_interval: r.commit_interval.map_or(defaults.commit_interval, |d| d.0),
             max_uncommitted_bytes: r
@@ -203,9 +223,8 @@ impl Config {
             ready_max_lag: r.ready_max_lag.unwrap_or(defaults.ready_max_lag),
             flush_interval: r.flush_interval.map_or(defaults.flush_interval, |d| d.0),
             wal: r.wal,
-            max_parallel_restores: r
-                .max_parallel_restores
-                .unwrap_or(defaults.max_parallel_restores),
+            catch_up_turns,
+            deprecated,
         };
         let config = Config {
             kafka,
@@ -236,8 +255,8 @@ impl Config {
         if self.restore.max_uncommitted_bytes == 0 {
             return Err("restore.max_uncommitted_bytes must be greater than 0".into());
         }
-        if self.restore.max_parallel_restores == 0 {
-            return Err("restore.max_parallel_restores must be at least 1".into());
+        if self.restore.catch_up_turns == 0 {
+            return Err("restore.catch_up_turns must be at least 1".into());
         }
         let mut names = BTreeSet::new();
         for (i, store) in self.stores.iter().enumerate() {
@@ -394,6 +413,21 @@ stores:
     }
 
     #[test]
+    fn the_old_name_of_catch_up_turns_still_works_with_a_warning() {
+        let with = |line: &str| FULL.replace("  ready_max_lag: 10000", line);
+        let c = Config::parse(&with("  max_parallel_restores: 3"), None).unwrap();
+        assert_eq!(c.restore.catch_up_turns, 3);
+        assert_eq!(c.restore.deprecated.len(), 1);
+        assert!(c.restore.deprecated[0].contains("restore.catch_up_turns"));
+        let e = Config::parse(
+            &with("  max_parallel_restores: 3\n  catch_up_turns: 2"),
+            None,
+        )
+        .unwrap_err();
+        assert!(e.contains("set only catch_up_turns"), "{e}");
+    }
+
+    #[test]
     fn bad_values_are_explained() {
         let e = Config::parse(&FULL.replace("10s", "10 parsecs"), None).unwrap_err();
         assert!(
@@ -404,17 +438,12 @@ stores:
         let e = Config::parse(&FULL.replace("resume", "maybe"), None).unwrap_err();
         assert!(e.contains("maybe"), "{e}");
         let with = |line: &str| FULL.replace("  ready_max_lag: 10000", line);
-        assert_eq!(
-            Config::parse(FULL, None)
-                .unwrap()
-                .restore
-                .max_parallel_restores,
-            4
-        );
-        let c = Config::parse(&with("  max_parallel_restores: 2"), None).unwrap();
-        assert_eq!(c.restore.max_parallel_restores, 2);
-        let e = Config::parse(&with("  max_parallel_restores: 0"), None).unwrap_err();
-        assert!(e.contains("restore.max_parallel_restores"), "{e}");
+        assert_eq!(Config::parse(FULL, None).unwrap().restore.catch_up_turns, 4);
+        let c = Config::parse(&with("  catch_up_turns: 2"), None).unwrap();
+        assert_eq!(c.restore.catch_up_turns, 2);
+        assert!(c.restore.deprecated.is_empty());
+        let e = Config::parse(&with("  catch_up_turns: 0"), None).unwrap_err();
+        assert!(e.contains("restore.catch_up_turns"), "{e}");
         let no_stores = "kafka: {bootstrap.servers: x}\nstores: []";
         assert!(Config::parse(no_stores, None)
             .unwrap_err()

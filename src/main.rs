@@ -161,6 +161,9 @@ fn main() -> ExitCode {
         Command::ConfigSchema => print_json(&warmstore::config::json_schema()),
         Command::CheckConfig { config } => match load_config(&config) {
             Ok(c) => {
+                for message in &c.restore.deprecated {
+                    eprintln!("warning: {message}");
+                }
                 println!("{}: ok ({} stores)", config.display(), c.stores.len());
                 ExitCode::SUCCESS
             }

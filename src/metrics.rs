@@ -80,7 +80,7 @@ impl Family {
             F::CommitsTotal => ("warmstore_commits_total", "Store commits", None),
             F::StoreEstimatedKeys => ("warmstore_store_estimated_keys", "RocksDB's estimate of the keys in the store", None),
             F::StoreDiskBytes => ("warmstore_store_disk_bytes", "Bytes of the store directory on disk", None),
-            F::RestoreWaiting => ("warmstore_restore_waiting", "1 while the partition is behind but waits for its turn to catch up (max_parallel_restores)", None),
+            F::RestoreWaiting => ("warmstore_restore_waiting", "1 while the partition is behind but waits for its turn to catch up (catch_up_turns)", None),
         }
     }
 

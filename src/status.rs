@@ -73,7 +73,7 @@ pub struct PartitionStatus {
     /// Timestamp (ms) of the last record taken from the log; -1 before the first. While lagging,
     /// the oldest record not yet applied is at least this old, which estimates `restore_lag_seconds`.
     pub last_record_ts_ms: AtomicI64,
-    /// Behind, but waiting for its turn (`max_parallel_restores`): no progress is expected yet.
+    /// Behind, but waiting for its turn (`catch_up_turns`): no progress is expected yet.
     pub waiting: AtomicBool,
     /// Fetched by the catching-up consumer (it holds a turn), not the tailing one.
     pub catching_up: AtomicBool,
@@ -203,7 +203,7 @@ pub struct PartitionSnapshot {
     pub end_offset: Option<i64>,
     pub log_start_offset: Option<i64>,
     pub lag: Option<i64>,
-    /// Waiting for its turn to catch up (`max_parallel_restores`).
+    /// Waiting for its turn to catch up (`catch_up_turns`).
     pub waiting: bool,
     pub records: u64,
     pub bytes: u64,
@@ -342,7 +342,7 @@ pub fn not_ready_reason(snapshot: &PartitionSnapshot, ready_max_lag: u64) -> Opt
         PartitionState::Restoring | PartitionState::CaughtUp => match snapshot.lag {
             None => Some("restoring: end offset not known yet".into()),
             Some(lag) if snapshot.waiting && lag as u64 > ready_max_lag => Some(format!(
-                "waiting for its turn (max_parallel_restores): lag {lag} records"
+                "waiting for its turn (catch_up_turns): lag {lag} records"
             )),
             Some(lag) if lag as u64 > ready_max_lag => Some(format!(
                 "restoring: lag {lag} records (ready at {ready_max_lag} or fewer)"

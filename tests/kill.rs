@@ -133,7 +133,7 @@ fn sigkill_during_restore_and_tailing_loses_nothing() {
         &broker.bootstrap,
         &addr,
         &stores,
-        "  ready_max_lag: 0\n  max_parallel_restores: 2\n",
+        "  ready_max_lag: 0\n  catch_up_turns: 2\n",
     );
     let log_file = dir.path().join("warmstore.log");
 

@@ -341,7 +341,7 @@ fn the_uncommitted_budget_is_split_over_discovered_partitions() {
     }
 }
 
-/// What a restore with a single turn (`max_parallel_restores: 1`) looked like while it ran.
+/// What a restore with a single turn (`catch_up_turns: 1`) looked like while it ran.
 struct Turns {
     /// Most partitions seen loading (started, not at the end) at one moment.
     most_loading: usize,
@@ -371,7 +371,7 @@ fn restore_with_one_turn(
         vec![store("s", topic, None)],
         &[],
     );
-    config.restore.max_parallel_restores = 1;
+    config.restore.catch_up_turns = 1;
     config.restore.ready_max_lag = ready_max_lag;
     config.rocksdb.total_write_buffer_size = Some(ByteSize(turn_bytes));
     let turns = runtime().block_on(async {
@@ -438,7 +438,7 @@ fn restore_with_one_turn(
     turns
 }
 
-/// With `max_parallel_restores: 1` and catch-ups larger than a turn (40,000 records of about 28
+/// With `catch_up_turns: 1` and catch-ups larger than a turn (40,000 records of about 28
 /// bytes, 1.1 MB, against a 512 KiB turn), the partitions catch up one after another, never two at
 /// once, and every store still ends equal to the changelog.
 #[test]

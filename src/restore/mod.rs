@@ -43,6 +43,9 @@ impl Engine {
     pub fn start(config: &Config, board: Arc<Board>) -> Result<Engine, EngineError> {
         let options = config.store_options();
         options.warn_about_ignored_settings();
+        for message in &config.restore.deprecated {
+            tracing::warn!("{message}");
+        }
         let descriptor_limit = match crate::descriptors::raise_limit() {
             Ok(limit) => {
                 tracing::info!(limit, "open files limit");
@@ -57,7 +60,7 @@ impl Engine {
         let (tailing, catching_up) =
             changelog::create_consumers(&config.kafka, board.clone(), watermarks.clone())?;
         let (stop_handle, stop) = tasks::stop_pair();
-        let count = config.restore.max_parallel_restores;
+        let count = config.restore.catch_up_turns;
         let turns = turns::Turns::new(count, config.memtable_budget() / count.max(1) as u64);
         let runtime = tasks::runtime()?;
         let tasks = Tasks::new(runtime.handle().clone(), board.clone());

@@ -55,7 +55,7 @@ pub fn lag(position: i64, end_offset: i64) -> i64 {
     end_offset.saturating_sub(position).max(0)
 }
 
-/// Whether a partition must wait for a turn (`max_parallel_restores`) before catching up. Turns
+/// Whether a partition must wait for a turn (`catch_up_turns`) before catching up. Turns
 /// bound the memory of long catch-ups; a partition already within `ready_max_lag` is warm by the
 /// user's own measure, and topping it up must not wait hours behind other partitions' rebuilds.
 pub fn needs_turn(position: i64, end_offset: i64, ready_max_lag: u64) -> bool {

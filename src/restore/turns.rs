@@ -1,7 +1,7 @@
 //! Turns: a process-wide bound on the memory of partitions catching up at once. A catching-up
 //! partition holds a prefetch queue, an uncommitted buffer and a memtable that keeps everything it
 //! has taken until the flush at catch-up, so its memory follows the size of its catch-up, up to what
-//! one turn's share of the memtable budget holds. `max_parallel_restores` counts full turns; a
+//! one turn's share of the memtable budget holds. `catch_up_turns` counts full turns; a
 //! partition whose catch-up is smaller takes the part of the budget its size calls for (at least
 //! `1 / MIN_TURN_PARTS` of a turn, `policy::turn_weight`). So the peak follows the budget, not the
 //! changelog: small partitions restore many at a time, large ones a few at a time. Who needs a turn
@@ -23,7 +23,7 @@ pub struct Turns {
     /// Woken when bytes come back or the head of the line changes.
     freed: Notify,
     total: u64,
-    /// Memory one full turn stands for: the memtable budget over `max_parallel_restores`.
+    /// Memory one full turn stands for: the memtable budget over `catch_up_turns`.
     pub turn_bytes: u64,
 }
 
