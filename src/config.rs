@@ -81,10 +81,55 @@ pub struct StoreConfig {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("config {path}: {message}")]
+#[error("config {path}: {problem}")]
 pub struct ConfigError {
     pub path: String,
-    pub message: String,
+    pub problem: ConfigProblem,
+}
+
+/// What is wrong with a config; each names the field (and YAML errors the line).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigProblem {
+    #[error("cannot read the file: {0}")]
+    Unreadable(#[from] std::io::Error),
+    #[error("{0}")]
+    Yaml(#[from] serde_yaml::Error),
+    #[error("kafka.{key} must be a string, number or boolean")]
+    KafkaValue { key: String },
+    #[error("kafka.bootstrap.servers is required (or set {BOOTSTRAP_ENV})")]
+    NoBootstrapServers,
+    #[error("stores: at least one store is required")]
+    NoStores,
+    #[error("restore.{field} must be greater than 0")]
+    Zero { field: &'static str },
+    #[error("restore.max_parallel_restores is the old name of restore.catch_up_turns; set only catch_up_turns")]
+    BothTurnNames,
+    #[error("stores[{index}].name: {problem}")]
+    StoreName {
+        index: usize,
+        problem: StoreNameProblem,
+    },
+    #[error("stores[{index}].name: `{name}` is used twice")]
+    StoreNameTwice { index: usize, name: String },
+    #[error("stores[{index}].changelog must not be empty")]
+    NoChangelog { index: usize },
+    #[error("stores[{index}].partitions is empty; leave it out to restore every partition")]
+    NoPartitions { index: usize },
+    #[error("stores[{index}].partitions: {partition} is negative")]
+    NegativePartition { index: usize, partition: i32 },
+    #[error("stores[{index}].partitions: {partition} is listed twice")]
+    PartitionTwice { index: usize, partition: i32 },
+}
+
+/// Why a store name cannot be a directory name under `state_dir`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreNameProblem {
+    #[error("must not be empty")]
+    Empty,
+    #[error("`{0}` is not a usable directory name")]
+    Dots(String),
+    #[error("`{name}` contains `{character}`; use letters, digits, '.', '_' and '-' only")]
+    Character { name: String, character: char },
 }
 
 /// The config file as written: what the schema describes and what parsing starts from.
@@ -167,30 +212,27 @@ impl Config {
     /// Reads and validates a config file; `bootstrap_override` is the value of
     /// `WARMSTORE_BOOTSTRAP_SERVERS`, passed in so tests need not touch the environment.
     pub fn load(path: &Path, bootstrap_override: Option<String>) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        let error = |problem| ConfigError {
             path: path.display().to_string(),
-            message: format!("cannot read the file: {e}"),
-        })?;
-        let mut config =
-            Config::parse(&text, bootstrap_override).map_err(|message| ConfigError {
-                path: path.display().to_string(),
-                message,
-            })?;
+            problem,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| error(e.into()))?;
+        let mut config = Config::parse(&text, bootstrap_override).map_err(error)?;
         config
             .kafka
             .extend(kafka_properties_from_env(std::env::vars()));
         Ok(config)
     }
 
-    pub fn parse(text: &str, bootstrap_override: Option<String>) -> Result<Config, String> {
-        let raw: RawConfig = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
+    pub fn parse(text: &str, bootstrap_override: Option<String>) -> Result<Config, ConfigProblem> {
+        let raw: RawConfig = serde_yaml::from_str(text)?;
         let mut kafka = BTreeMap::new();
         for (key, value) in raw.kafka {
             let text = match value {
                 serde_yaml::Value::String(s) => s,
                 serde_yaml::Value::Number(n) => n.to_string(),
                 serde_yaml::Value::Bool(b) => b.to_string(),
-                _ => return Err(format!("kafka.{key} must be a string, number or boolean")),
+                _ => return Err(ConfigProblem::KafkaValue { key }),
             };
             kafka.insert(key, text);
         }
@@ -201,9 +243,7 @@ impl Config {
         let r = raw.restore;
         let mut deprecated = Vec::new();
         let catch_up_turns = match (r.catch_up_turns, r.max_parallel_restores) {
-            (Some(_), Some(_)) => {
-                return Err("restore.max_parallel_restores is the old name of restore.catch_up_turns; set only catch_up_turns".into())
-            }
+            (Some(_), Some(_)) => return Err(ConfigProblem::BothTurnNames),
             (Some(turns), None) => turns,
             (None, Some(turns)) => {
                 deprecated.push(
@@ -240,46 +280,45 @@ impl Config {
         Ok(config)
     }
 
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), ConfigProblem> {
+        use ConfigProblem as P;
         if !self.kafka.contains_key("bootstrap.servers") {
-            return Err(format!(
-                "kafka.bootstrap.servers is required (or set {BOOTSTRAP_ENV})"
-            ));
+            return Err(P::NoBootstrapServers);
         }
         if self.stores.is_empty() {
-            return Err("stores: at least one store is required".into());
+            return Err(P::NoStores);
         }
-        if self.restore.commit_interval.is_zero() {
-            return Err("restore.commit_interval must be greater than 0".into());
-        }
-        if self.restore.max_uncommitted_bytes == 0 {
-            return Err("restore.max_uncommitted_bytes must be greater than 0".into());
-        }
-        if self.restore.catch_up_turns == 0 {
-            return Err("restore.catch_up_turns must be at least 1".into());
+        let restore = &self.restore;
+        for (field, zero) in [
+            ("commit_interval", restore.commit_interval.is_zero()),
+            ("max_uncommitted_bytes", restore.max_uncommitted_bytes == 0),
+            ("catch_up_turns", restore.catch_up_turns == 0),
+        ] {
+            if zero {
+                return Err(P::Zero { field });
+            }
         }
         let mut names = BTreeSet::new();
-        for (i, store) in self.stores.iter().enumerate() {
-            validate_store_name(&store.name).map_err(|e| format!("stores[{i}].name: {e}"))?;
+        for (index, store) in self.stores.iter().enumerate() {
+            validate_store_name(&store.name).map_err(|problem| P::StoreName { index, problem })?;
             if !names.insert(&store.name) {
-                return Err(format!("stores[{i}].name: `{}` is used twice", store.name));
+                let name = store.name.clone();
+                return Err(P::StoreNameTwice { index, name });
             }
             if store.changelog.trim().is_empty() {
-                return Err(format!("stores[{i}].changelog must not be empty"));
+                return Err(P::NoChangelog { index });
             }
             if let Some(partitions) = &store.partitions {
                 if partitions.is_empty() {
-                    return Err(format!(
-                        "stores[{i}].partitions is empty; leave it out to restore every partition"
-                    ));
+                    return Err(P::NoPartitions { index });
                 }
                 let mut seen = BTreeSet::new();
-                for p in partitions {
-                    if *p < 0 {
-                        return Err(format!("stores[{i}].partitions: {p} is negative"));
+                for &partition in partitions {
+                    if partition < 0 {
+                        return Err(P::NegativePartition { index, partition });
                     }
-                    if !seen.insert(p) {
-                        return Err(format!("stores[{i}].partitions: {p} is listed twice"));
+                    if !seen.insert(partition) {
+                        return Err(P::PartitionTwice { index, partition });
                     }
                 }
             }
@@ -311,20 +350,21 @@ impl Config {
 }
 
 /// Store names become directory names under `state_dir`, so they must never escape it.
-pub fn validate_store_name(name: &str) -> Result<(), String> {
+pub fn validate_store_name(name: &str) -> Result<(), StoreNameProblem> {
     if name.is_empty() {
-        return Err("must not be empty".into());
+        return Err(StoreNameProblem::Empty);
     }
     if name == "." || name == ".." {
-        return Err(format!("`{name}` is not a usable directory name"));
+        return Err(StoreNameProblem::Dots(name.to_string()));
     }
-    if let Some(c) = name
+    if let Some(character) = name
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
     {
-        return Err(format!(
-            "`{name}` contains `{c}`; use letters, digits, '.', '_' and '-' only"
-        ));
+        return Err(StoreNameProblem::Character {
+            name: name.to_string(),
+            character,
+        });
     }
     Ok(())
 }
@@ -374,6 +414,7 @@ stores:
         let minimal = "stores: [{name: s, changelog: t}]";
         assert!(Config::parse(minimal, None)
             .unwrap_err()
+            .to_string()
             .contains("bootstrap.servers"));
         assert!(Config::parse(minimal, Some("b:1".into())).is_ok());
     }
@@ -407,7 +448,7 @@ stores:
             "  ready_max_lag: 10000",
             "  ready_max_lag: 10000\n  comit_interval: 5s",
         );
-        let e = Config::parse(&text, None).unwrap_err();
+        let e = Config::parse(&text, None).unwrap_err().to_string();
         assert!(e.contains("comit_interval"), "{e}");
         assert!(e.contains("line 14"), "{e}");
     }
@@ -423,30 +464,38 @@ stores:
             &with("  max_parallel_restores: 3\n  catch_up_turns: 2"),
             None,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("set only catch_up_turns"), "{e}");
     }
 
     #[test]
     fn bad_values_are_explained() {
-        let e = Config::parse(&FULL.replace("10s", "10 parsecs"), None).unwrap_err();
+        let e = Config::parse(&FULL.replace("10s", "10 parsecs"), None)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("restore.commit_interval") || e.contains("parsecs"),
             "{e}"
         );
         assert!(e.contains("line"), "{e}");
-        let e = Config::parse(&FULL.replace("resume", "maybe"), None).unwrap_err();
+        let e = Config::parse(&FULL.replace("resume", "maybe"), None)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("maybe"), "{e}");
         let with = |line: &str| FULL.replace("  ready_max_lag: 10000", line);
         assert_eq!(Config::parse(FULL, None).unwrap().restore.catch_up_turns, 4);
         let c = Config::parse(&with("  catch_up_turns: 2"), None).unwrap();
         assert_eq!(c.restore.catch_up_turns, 2);
         assert!(c.restore.deprecated.is_empty());
-        let e = Config::parse(&with("  catch_up_turns: 0"), None).unwrap_err();
+        let e = Config::parse(&with("  catch_up_turns: 0"), None)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("restore.catch_up_turns"), "{e}");
         let no_stores = "kafka: {bootstrap.servers: x}\nstores: []";
         assert!(Config::parse(no_stores, None)
             .unwrap_err()
+            .to_string()
             .contains("at least one store"));
     }
 
@@ -461,16 +510,23 @@ stores:
         let text = FULL.replace("name: counts", "name: ../etc");
         assert!(Config::parse(&text, None)
             .unwrap_err()
+            .to_string()
             .contains("stores[0].name"));
     }
 
     #[test]
     fn partitions_must_be_sane() {
-        let e = Config::parse(&FULL.replace("[0, 1]", "[0, 0]"), None).unwrap_err();
+        let e = Config::parse(&FULL.replace("[0, 1]", "[0, 0]"), None)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("listed twice"), "{e}");
-        let e = Config::parse(&FULL.replace("[0, 1]", "[-1]"), None).unwrap_err();
+        let e = Config::parse(&FULL.replace("[0, 1]", "[-1]"), None)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("negative"), "{e}");
-        let e = Config::parse(&FULL.replace("[0, 1]", "[]"), None).unwrap_err();
+        let e = Config::parse(&FULL.replace("[0, 1]", "[]"), None)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("empty"), "{e}");
     }
 

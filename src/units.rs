@@ -12,9 +12,26 @@ pub struct ByteSize(pub u64);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct HumanDuration(pub Duration);
 
+/// Why a size or a duration in the config cannot be read; each quotes what was written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnitError {
+    #[error("`{0}` is not a size; write it like 64MiB or 65536")]
+    NotASize(String),
+    #[error("`{text}` has an unknown size unit `{unit}`; use B, KiB, MiB, GiB, KB, MB or GB")]
+    SizeUnit { text: String, unit: String },
+    #[error("`{0}` is too large")]
+    TooLarge(String),
+    #[error("`{0}` is not a duration; write it like 10s or 500ms")]
+    NotADuration(String),
+    #[error("`{0}` needs a unit: ms, s, m or h")]
+    NoDurationUnit(String),
+    #[error("`{text}` has an unknown duration unit `{unit}`; use ms, s, m or h")]
+    DurationUnit { text: String, unit: String },
+}
+
 /// Parses `64MiB`-style sizes. Binary (KiB) and decimal (KB) suffixes are both accepted because
 /// users copy values from both RocksDB (binary) and Kafka (decimal) docs.
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, UnitError> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())
@@ -22,7 +39,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     let (digits, unit) = text.split_at(split);
     let number: u64 = digits
         .parse()
-        .map_err(|_| format!("`{text}` is not a size; write it like 64MiB or 65536"))?;
+        .map_err(|_| UnitError::NotASize(text.to_string()))?;
     let multiplier: u64 = match unit.trim() {
         "" | "B" => 1,
         "KB" | "kB" => 1_000,
@@ -32,18 +49,19 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "GB" => 1_000_000_000,
         "GiB" => 1 << 30,
         other => {
-            return Err(format!(
-                "`{text}` has an unknown size unit `{other}`; use B, KiB, MiB, GiB, KB, MB or GB"
-            ))
+            return Err(UnitError::SizeUnit {
+                text: text.to_string(),
+                unit: other.to_string(),
+            })
         }
     };
     number
         .checked_mul(multiplier)
-        .ok_or_else(|| format!("`{text}` is too large"))
+        .ok_or_else(|| UnitError::TooLarge(text.to_string()))
 }
 
 /// Parses `10s`-style durations; a unit is required so `10` is never mistaken for ms or s.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())
@@ -51,17 +69,18 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let (digits, unit) = text.split_at(split);
     let number: u64 = digits
         .parse()
-        .map_err(|_| format!("`{text}` is not a duration; write it like 10s or 500ms"))?;
+        .map_err(|_| UnitError::NotADuration(text.to_string()))?;
     let duration = match unit.trim() {
         "ms" => Duration::from_millis(number),
         "s" => Duration::from_secs(number),
         "m" | "min" => Duration::from_secs(number.saturating_mul(60)),
         "h" => Duration::from_secs(number.saturating_mul(3600)),
-        "" => return Err(format!("`{text}` needs a unit: ms, s, m or h")),
+        "" => return Err(UnitError::NoDurationUnit(text.to_string())),
         other => {
-            return Err(format!(
-                "`{text}` has an unknown duration unit `{other}`; use ms, s, m or h"
-            ))
+            return Err(UnitError::DurationUnit {
+                text: text.to_string(),
+                unit: other.to_string(),
+            })
         }
     };
     Ok(duration)
@@ -142,6 +161,7 @@ mod tests {
         assert_eq!(parse_size(" 2 MiB "), Ok(2 << 20));
         assert!(parse_size("64XB")
             .unwrap_err()
+            .to_string()
             .contains("unknown size unit"));
         assert!(parse_size("MiB").is_err());
         assert!(parse_size("-1MiB").is_err());
@@ -155,7 +175,10 @@ mod tests {
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert!(parse_duration("10").unwrap_err().contains("needs a unit"));
+        assert!(parse_duration("10")
+            .unwrap_err()
+            .to_string()
+            .contains("needs a unit"));
         assert!(parse_duration("10 parsecs").is_err());
         assert!(parse_duration("fast").is_err());
     }

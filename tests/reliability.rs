@@ -384,7 +384,7 @@ fn malformed_configs_never_panic() {
         match std::panic::catch_unwind(|| Config::parse(&text, None)) {
             Ok(Ok(_)) => ok += 1,
             Ok(Err(message)) => {
-                assert!(!message.is_empty());
+                assert!(!message.to_string().is_empty());
                 errors += 1;
             }
             Err(_) => panic!("Config::parse panicked on:\n{text}"),
