@@ -124,7 +124,7 @@ impl Drop for Broker {
 type Records = Vec<Vec<(Vec<u8>, Option<Vec<u8>>)>>;
 
 fn fetch_limit(bootstrap: &str, partitions: u64) -> (u64, u64, f64, Records) {
-    let mut config = warmstore::changelog::client_config(
+    let mut config = warmstore::kafka::consumers::client_config(
         &[("bootstrap.servers".to_string(), bootstrap.to_string())].into(),
     );
     config.set("group.id", "bench-fetch");

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::dirty::UncleanPolicy;
+use crate::store::dirty::UncleanPolicy;
 use crate::store::options::{
     SharedBlockCache, SharedMemtables, DEFAULT_BLOCK_CACHE, DEFAULT_TOTAL_WRITE_BUFFER,
 };

@@ -11,11 +11,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use crate::config::{Config, HttpConfig, RestoreConfig, StoreConfig};
-use crate::service::{shutdown_signal, Service};
-use crate::status::PartitionState;
-use crate::store::{open_read_only, StorePaths};
-use crate::testkit::Rng;
+use warmstore::config::{Config, HttpConfig, RestoreConfig, StoreConfig};
+use warmstore::observe::status::PartitionState;
+use warmstore::service::{shutdown_signal, Service};
+use warmstore::store::{open_read_only, StorePaths};
+use warmstore::testkit::Rng;
 
 pub const TOPIC: &str = "demo-changelog";
 pub const STORE: &str = "demo";

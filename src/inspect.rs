@@ -4,9 +4,9 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::store::format::{decode_i64, OFFSETS_CF, STATUS_KEY};
-use crate::store::meta::{self, StoreMeta};
-use crate::store::{dir_bytes, open_read_only};
+use warmstore::store::format::{decode_i64, OFFSETS_CF, STATUS_KEY};
+use warmstore::store::meta::{self, StoreMeta};
+use warmstore::store::{dir_bytes, open_read_only};
 
 #[derive(Debug, Serialize)]
 pub struct Report {

@@ -1,23 +1,22 @@
 //! warmstore keeps local RocksDB copies of Kafka changelog topics warm.
 //!
-//! Each changelog partition is consumed ([`changelog`], [`restore`]) into its own store ([`store`]),
-//! which keeps its applied offset inside itself, so a restart resumes where the store really is.
-//! [`dirty`] decides which stores cannot be trusted and must be rebuilt; [`status`] is what every
-//! partition is doing, served by [`http`] and [`metrics`].
+//! Each changelog partition is consumed ([`kafka`]) by the restore engine ([`restore`]: one task
+//! per partition, its phases, the turns catch-ups take) into its own store ([`store`]), which keeps
+//! its applied offset inside itself, so a restart resumes where the store really is.
+//! [`store::dirty`] decides which stores cannot be trusted and must be rebuilt; [`observe`] shows
+//! what every partition is doing, over HTTP, in metrics and in the logs. [`service`] puts the
+//! engine and the HTTP server together for `warmstore run`.
+//!
+//! To follow one record from the consumer into a commit, start at `restore/worker.rs`:
+//! `take_batch` polls the partition's queue and puts each record into the store's uncommitted
+//! buffer, and `fetch` commits it with its offset when `restore::policy::commit_due` says so.
 
-pub mod changelog;
 pub mod config;
-pub mod demo;
-pub mod descriptors;
-pub mod dirty;
-pub mod http;
-pub mod inspect;
-pub mod logging;
+pub mod kafka;
 pub mod memory;
-pub mod metrics;
+pub mod observe;
 pub mod restore;
 pub mod service;
-pub mod status;
 pub mod store;
 #[doc(hidden)]
 pub mod testkit;

@@ -1,13 +1,16 @@
 //! The `warmstore` command line. Errors become exit codes here and nowhere else:
 //! 0 ok, 1 runtime failure, 2 bad config or usage.
 
+mod demo;
+mod inspect;
+
 use anyhow::Context;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use demo::{DemoArgs, DemoError};
 use warmstore::config::{Config, BOOTSTRAP_ENV};
-use warmstore::demo::{DemoArgs, DemoError};
 use warmstore::service::{shutdown_signal, Service};
 
 #[derive(Parser)]
@@ -71,7 +74,7 @@ fn run(config: Config) -> anyhow::Result<()> {
 fn demo(args: DemoArgs) -> ExitCode {
     let result = runtime()
         .map_err(|e| DemoError::Failed(format!("{e:#}")))
-        .and_then(|rt| rt.block_on(warmstore::demo::run(args)));
+        .and_then(|rt| rt.block_on(demo::run(args)));
     match result {
         Ok(summary) => {
             summary.print();
@@ -109,7 +112,7 @@ fn main() -> ExitCode {
     let version = format!(
         "{}\n{}",
         env!("CARGO_PKG_VERSION"),
-        warmstore::changelog::librdkafka_build()
+        warmstore::kafka::consumers::librdkafka_build()
     );
     let command = Cli::command().version(version);
     let cli = match command
@@ -132,10 +135,10 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            warmstore::logging::init("info");
+            warmstore::observe::logging::init("info");
             tracing::info!(
                 version = env!("CARGO_PKG_VERSION"),
-                kafka_client = %warmstore::changelog::librdkafka_build(),
+                kafka_client = %warmstore::kafka::consumers::librdkafka_build(),
                 "warmstore starting"
             );
             match run(config) {
@@ -148,10 +151,10 @@ fn main() -> ExitCode {
             }
         }
         Command::Demo(args) => {
-            warmstore::logging::init("warn");
+            warmstore::observe::logging::init("warn");
             demo(args)
         }
-        Command::Inspect { store_dir } => match warmstore::inspect::inspect(&store_dir) {
+        Command::Inspect { store_dir } => match inspect::inspect(&store_dir) {
             Ok(report) => print_json(&report),
             Err(e) => {
                 eprintln!("error: {e}");

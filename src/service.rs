@@ -7,9 +7,9 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
-use crate::http::{self, AppState};
+use crate::observe::http::{self, AppState};
+use crate::observe::status::Board;
 use crate::restore::{Engine, EngineError};
-use crate::status::Board;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
@@ -41,7 +41,7 @@ impl Service {
         let engine = Engine::start(config, board.clone())?;
         let state = AppState {
             board: board.clone(),
-            registry: Arc::new(crate::metrics::registry(
+            registry: Arc::new(crate::observe::metrics::registry(
                 board.clone(),
                 config.restore.ready_max_lag,
             )),

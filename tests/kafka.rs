@@ -13,9 +13,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use warmstore::config::{Config, StoreConfig};
-use warmstore::dirty::WipeReason;
+use warmstore::observe::status::PartitionState;
 use warmstore::service::Service;
-use warmstore::status::PartitionState;
+use warmstore::store::dirty::WipeReason;
 
 /// Starts the service, runs `f` on it off the async runtime, then stops it cleanly.
 fn with_service<T>(config: &Config, f: impl FnOnce(&Service) -> T) -> T {

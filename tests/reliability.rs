@@ -16,9 +16,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use warmstore::config::Config;
-use warmstore::dirty::WipeReason;
+use warmstore::observe::status::PartitionState;
 use warmstore::service::Service;
-use warmstore::status::PartitionState;
+use warmstore::store::dirty::WipeReason;
 use warmstore::testkit::Rng;
 
 fn long() -> bool {

@@ -8,9 +8,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use warmstore::config::Config;
-use warmstore::dirty::WipeReason;
+use warmstore::observe::status::PartitionState;
 use warmstore::service::Service;
-use warmstore::status::PartitionState;
+use warmstore::store::dirty::WipeReason;
 use warmstore::units::ByteSize;
 
 /// Runs the service until caught up, then stops it cleanly; returns records read per partition.
@@ -268,7 +268,7 @@ fn a_missing_topic_fails_only_its_store() {
         );
         assert!(!names.contains(&"good"));
         // The store that cannot list its partitions is failed in the metrics too.
-        let scraped = warmstore::metrics::render(&warmstore::metrics::registry(
+        let scraped = warmstore::observe::metrics::render(&warmstore::observe::metrics::registry(
             service.board.clone(),
             10_000,
         ));

@@ -4,7 +4,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use warmstore::dirty::{LogBounds, UncleanPolicy, WipeReason};
+use warmstore::store::dirty::{LogBounds, UncleanPolicy, WipeReason};
 use warmstore::store::format::TopicPartition;
 use warmstore::store::{
     open_read_only, OpenOutcome, RocksDbOverrides, Store, StoreError, StoreOptions, StorePaths,

@@ -7,7 +7,7 @@
 use rocksdb::{BlockBasedOptions, ColumnFamilyDescriptor, Options, WriteBatch, WriteOptions, DB};
 use std::io::Write;
 use std::path::Path;
-use warmstore::dirty::UncleanPolicy;
+use warmstore::store::dirty::UncleanPolicy;
 use warmstore::store::format::{decode_i64, encode_i64, TopicPartition, OFFSETS_CF};
 use warmstore::store::{RocksDbOverrides, Store, StoreOptions, StorePaths};
 use warmstore::testkit::Workload;

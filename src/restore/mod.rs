@@ -12,9 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 
-use crate::changelog::{self, ChangelogConsumer, WatermarkCells};
 use crate::config::{Config, StoreConfig};
-use crate::status::{Board, PartitionStatus};
+use crate::kafka::consumers::{self, ChangelogConsumer};
+use crate::kafka::statistics::WatermarkCells;
+use crate::observe::status::{Board, PartitionStatus};
 use crate::store::{StoreOptions, StorePaths, TopicPartition};
 use tasks::{blocking, Stop, StopHandle, Tasks};
 use worker::{LaneQueue, Worker};
@@ -46,7 +47,7 @@ impl Engine {
         for message in &config.restore.deprecated {
             tracing::warn!("{message}");
         }
-        let descriptor_limit = match crate::descriptors::raise_limit() {
+        let descriptor_limit = match crate::store::descriptors::raise_limit() {
             Ok(limit) => {
                 tracing::info!(limit, "open files limit");
                 Some(limit)
@@ -58,7 +59,7 @@ impl Engine {
         };
         let watermarks = Arc::new(WatermarkCells::default());
         let (tailing, catching_up) =
-            changelog::create_consumers(&config.kafka, board.clone(), watermarks.clone())?;
+            consumers::create_consumers(&config.kafka, board.clone(), watermarks.clone())?;
         let (stop_handle, stop) = tasks::stop_pair();
         let count = config.restore.catch_up_turns;
         let turns = turns::Turns::new(count, config.memtable_budget() / count.max(1) as u64);
@@ -178,7 +179,7 @@ impl StoreSetup {
             let (Some(tailing), Some(catching_up)) = (lane(&self.tailing), lane(&self.catching_up))
             else {
                 status.set_state(
-                    crate::status::PartitionState::Failed,
+                    crate::observe::status::PartitionState::Failed,
                     Some(format!("cannot create a queue for {tp}")),
                 );
                 continue;
@@ -208,11 +209,11 @@ impl StoreSetup {
         let partitions = self.board.partition_count() as u64;
         let (Some(limit), Some(per_store)) = (
             self.descriptor_limit,
-            crate::descriptors::per_store(self.options.max_open_files()),
+            crate::store::descriptors::per_store(self.options.max_open_files()),
         ) else {
             return;
         };
-        if let Some(missing) = crate::descriptors::shortfall(partitions, per_store, limit) {
+        if let Some(missing) = crate::store::descriptors::shortfall(partitions, per_store, limit) {
             tracing::warn!(partitions, per_store, limit, missing,
                 "the open stores may need more file descriptors than the process may open; raise the limit (ulimit -n) or lower rocksdb.max_open_files");
         }
@@ -226,7 +227,7 @@ impl StoreSetup {
         loop {
             let (consumer, topic) = (self.tailing.clone(), self.store.changelog.clone());
             let request =
-                blocking(move || changelog::partitions_of(&consumer, &topic, METADATA_TIMEOUT));
+                blocking(move || consumers::partitions_of(&consumer, &topic, METADATA_TIMEOUT));
             match request.await {
                 Ok(partitions) => {
                     self.board.set_store_error(&self.store.name, None);
@@ -235,7 +236,7 @@ impl StoreSetup {
                 Err(error) => {
                     let error = format!(
                         "{error}{}",
-                        crate::status::cause_suffix(&self.board.kafka_cause())
+                        crate::observe::status::cause_suffix(&self.board.kafka_cause())
                     );
                     let delay = policy::backoff(attempt);
                     attempt += 1;

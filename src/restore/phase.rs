@@ -42,7 +42,7 @@ pub enum Phase {
     Dropped,
 }
 
-/// The two consumers a partition can be assigned to (`changelog` says why there are two).
+/// The two consumers a partition can be assigned to (`kafka` says why there are two).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lane {
     Tailing,

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Condvar, Mutex};
 use tokio::sync::watch;
 
-use crate::status::Board;
+use crate::observe::status::Board;
 
 /// Threads for blocking calls (a metadata or watermark request, opening or wiping a store). They
 /// wait on the network or the disk, not the CPU; a few are enough, and the bound keeps the thread

@@ -17,10 +17,11 @@ use super::phase::{self, Event, Phase, Transition};
 use super::policy::{self, ConsumeError, Pending};
 use super::tasks::{blocking, Stop};
 use super::turns::{Turn, Turns};
-use crate::changelog::{ChangelogConsumer, EngineContext, Watermarks};
 use crate::config::RestoreConfig;
-use crate::dirty::{LogBounds, WipeReason};
-use crate::status::{cause_suffix, PartitionState, PartitionStatus};
+use crate::kafka::consumers::ChangelogConsumer;
+use crate::kafka::statistics::{EngineContext, Watermarks};
+use crate::observe::status::{cause_suffix, PartitionState, PartitionStatus};
+use crate::store::dirty::{LogBounds, WipeReason};
 use crate::store::{OpenOutcome, Store, StoreError, StoreOptions, StorePaths, TopicPartition};
 
 /// How often a partition with nothing to read looks again anyway: to commit once
@@ -34,7 +35,7 @@ const WATERMARK_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_BATCH_RECORDS: usize = 10_000;
 const PROPERTIES_EVERY: Duration = Duration::from_secs(5);
 
-/// One consumer and this partition's queue in it (`changelog` explains the two consumers).
+/// One consumer and this partition's queue in it (`kafka` explains the two consumers).
 pub struct LaneQueue {
     pub consumer: Arc<ChangelogConsumer>,
     pub queue: PartitionQueue<EngineContext>,
@@ -46,7 +47,7 @@ pub struct Worker {
     /// Where the worker learns the log's offsets; `status` is only where it reports.
     pub watermarks: Arc<Watermarks>,
     pub status: Arc<PartitionStatus>,
-    pub board: Arc<crate::status::Board>,
+    pub board: Arc<crate::observe::status::Board>,
     pub tp: TopicPartition,
     pub paths: StorePaths,
     pub options: StoreOptions,

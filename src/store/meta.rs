@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::format::TopicPartition;
-use crate::dirty::Identity;
+use crate::store::dirty::Identity;
 
 pub const META_FILE: &str = "warmstore.json";
 /// Bumped when the on-disk layout changes in a way older warmstores cannot read.

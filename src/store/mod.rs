@@ -3,6 +3,8 @@
 //! RocksDB as one `WriteBatch`. With atomic flush forced on, whatever RocksDB persists, in the
 //! background or not, is the state as of some commit together with that commit's offset.
 
+pub mod descriptors;
+pub mod dirty;
 pub mod format;
 pub mod lock;
 pub mod meta;
@@ -15,9 +17,8 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::dirty::{
-    self, Action, Identity, LogBounds, OpenError, StoreFacts, StoredOffset, UncleanPolicy,
-    WipeReason,
+use dirty::{
+    Action, Identity, LogBounds, OpenError, StoreFacts, StoredOffset, UncleanPolicy, WipeReason,
 };
 pub use format::TopicPartition;
 use format::{decode_i64, encode_i64, OFFSETS_CF, STATUS_CLOSED, STATUS_KEY, STATUS_OPEN};

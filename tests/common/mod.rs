@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use warmstore::config::{Config, HttpConfig, RestoreConfig, StoreConfig};
+use warmstore::observe::status::PartitionState;
 use warmstore::service::Service;
-use warmstore::status::PartitionState;
 use warmstore::store::format::decode_i64;
 use warmstore::store::{open_read_only, StorePaths};
 use warmstore::testkit::Rng;

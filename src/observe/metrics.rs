@@ -10,9 +10,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::dirty::WipeReason;
+use crate::observe::status::{Board, PartitionState, PartitionStatus};
 use crate::restore::policy;
-use crate::status::{Board, PartitionState, PartitionStatus};
+use crate::store::dirty::WipeReason;
 
 const PARTITION_LABELS: [&str; 3] = ["store", "topic", "partition"];
 

@@ -11,7 +11,7 @@ use prometheus::Registry;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use crate::status::Board;
+use crate::observe::status::Board;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -49,7 +49,7 @@ async fn refuse_bodies(request: Request, next: Next) -> Response {
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
-    let body = crate::metrics::render(&state.registry);
+    let body = crate::observe::metrics::render(&state.registry);
     (
         [(
             header::CONTENT_TYPE,
