@@ -33,6 +33,9 @@ const OUTAGE_LOOK_EVERY: Duration = Duration::from_secs(1);
 const WATERMARK_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bookkeeping (commit decision, status update) happens at least this often in records.
 const MAX_BATCH_RECORDS: usize = 10_000;
+/// How often the store's estimated keys and size on disk are read again while records arrive.
+/// Not while idle: they only move with writes (and compactions that follow them), and reading them
+/// walks the store's directory, which a thousand idle partitions would pay for every few seconds.
 const PROPERTIES_EVERY: Duration = Duration::from_secs(5);
 
 /// One consumer and this partition's queue in it (`kafka` explains the two consumers).
@@ -150,6 +153,8 @@ struct Run<'a> {
     last_commit: Instant,
     last_batch: Instant,
     last_properties: Instant,
+    /// Something was taken since the properties were last read.
+    taken_since_properties: bool,
     /// The last batch emptied the lane's queue: wait to be woken before the next.
     drained: bool,
 }
@@ -279,6 +284,7 @@ impl Worker {
             last_commit: Instant::now(),
             last_batch: Instant::now(),
             last_properties: Instant::now() - PROPERTIES_EVERY,
+            taken_since_properties: true,
             drained: false,
         };
         self.status
@@ -542,10 +548,14 @@ impl Worker {
         );
         status.rate_bits.store(rate.to_bits(), Relaxed);
         run.last_batch = now;
-        if event == Some(Event::CaughtUp) || now - run.last_properties >= PROPERTIES_EVERY {
+        run.taken_since_properties |= batch.records + batch.null_keys > 0;
+        if event == Some(Event::CaughtUp)
+            || (run.taken_since_properties && now - run.last_properties >= PROPERTIES_EVERY)
+        {
             status.estimated_keys.store(store.estimated_keys(), Relaxed);
             status.disk_bytes.store(store.disk_bytes(), Relaxed);
             run.last_properties = now;
+            run.taken_since_properties = false;
         }
         // Reaching the end shows once the transition is done: the first catch-up flushed, and the
         // partition off the catching-up consumer.
