@@ -4,9 +4,9 @@
 //! the size of its largest wave for good, and the gaps between long-lived allocations grow with the
 //! changelog (BENCHMARKS.md).
 
-/// Limits glibc to two malloc arenas. With a thread per store partition glibc would give threads
-/// their own arenas (up to 8 per core), and memory freed in one stays resident there; two arenas
-/// measured 60-120 MiB lower peaks. A fixed mmap threshold saved another 20 MiB but cost 15-20%
+/// Limits glibc to two malloc arenas. glibc gives threads their own arenas (up to 8 per core), and
+/// memory freed in one stays resident there; with a thread per store partition, as the engine ran
+/// before its tasks, two arenas measured 60-120 MiB lower peaks. A fixed mmap threshold saved another 20 MiB but cost 15-20%
 /// more CPU in page faults, so glibc keeps its own. Call before any thread starts. A user's own
 /// malloc settings win.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -1,5 +1,5 @@
-//! The service as `run` and `demo` share it: the restore engine on its threads, the HTTP endpoints
-//! on the async runtime, and a clean stop.
+//! The service as `run` and `demo` share it: the restore engine on its own runtime, the HTTP
+//! endpoints on the caller's, and a clean stop.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

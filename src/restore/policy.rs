@@ -63,7 +63,7 @@ pub fn needs_turn(position: i64, end_offset: i64, ready_max_lag: u64) -> bool {
 }
 
 /// The smallest part of a turn a catch-up takes, however small: each catching-up partition also costs
-/// fetch state and a thread's working memory, and without a floor thousands of tiny catch-ups would
+/// fetch state and a task's working memory, and without a floor thousands of tiny catch-ups would
 /// all load at once.
 pub const MIN_TURN_PARTS: u64 = 16;
 
