@@ -225,11 +225,7 @@ impl Worker {
             tokio::select! {
                 answer = &mut request => break answer,
                 _ = tokio::time::sleep(OUTAGE_LOOK_EVERY) => {
-                    if let Some(outage) = self.board.kafka_outage() {
-                        if self.status.error().as_deref() != Some(outage.as_str()) {
-                            self.status.set_state(PartitionState::Failed, Some(outage));
-                        }
-                    }
+                    self.show_outage();
                 }
             }
         };
@@ -568,13 +564,10 @@ impl Worker {
     /// While no broker is reachable the partition is failed, visibly; librdkafka reconnects with
     /// its own backoff, and the partition resumes where it was without a restart.
     fn show_state(&self, caught_up: bool) {
-        let status = &self.status;
-        if let Some(outage) = self.board.kafka_outage() {
-            if status.error().as_deref() != Some(outage.as_str()) {
-                status.set_state(PartitionState::Failed, Some(outage));
-            }
+        if self.show_outage() {
             return;
         }
+        let status = &self.status;
         let state = if caught_up {
             PartitionState::CaughtUp
         } else {
@@ -583,6 +576,18 @@ impl Worker {
         if state != status.state() {
             status.set_state(state, None);
         }
+    }
+
+    /// Shows a known Kafka outage on this partition as `failed`, with the outage as the reason;
+    /// false when Kafka is not known to be down.
+    fn show_outage(&self) -> bool {
+        let Some(outage) = self.board.kafka_outage() else {
+            return false;
+        };
+        if self.status.error().as_deref() != Some(outage.as_str()) {
+            self.status.set_state(PartitionState::Failed, Some(outage));
+        }
+        true
     }
 
     /// Clean close: commit everything taken, flush, `status` 0.
