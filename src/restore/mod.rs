@@ -78,10 +78,7 @@ impl Engine {
                             tracing::warn!(error = %e, "consumer error");
                         }
                     }
-                    tokio::select! {
-                        _ = tokio::time::sleep(MAIN_QUEUE_EVERY) => {}
-                        _ = stop.requested() => {}
-                    }
+                    stop.sleep(MAIN_QUEUE_EVERY).await;
                 }
             });
         }
@@ -243,9 +240,8 @@ impl StoreSetup {
                     tracing::warn!(store = %self.store.name, topic = %self.store.changelog, %error,
                         retry_in_s = delay.as_secs(), "store failed; retrying");
                     self.board.set_store_error(&self.store.name, Some(error));
-                    tokio::select! {
-                        _ = tokio::time::sleep(delay) => {}
-                        _ = self.stop.requested() => return None,
+                    if self.stop.sleep(delay).await {
+                        return None;
                     }
                 }
             }

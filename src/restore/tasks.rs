@@ -43,6 +43,14 @@ impl Stop {
         let mut rx = self.0.clone();
         let _ = rx.wait_for(|stop| *stop).await;
     }
+
+    /// Sleeps for `duration`, or less if a stop is requested; true when it was.
+    pub async fn sleep(&self, duration: std::time::Duration) -> bool {
+        tokio::select! {
+            _ = tokio::time::sleep(duration) => self.is_requested(),
+            _ = self.requested() => true,
+        }
+    }
 }
 
 /// The engine's runtime and its running tasks.

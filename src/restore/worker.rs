@@ -201,16 +201,9 @@ impl Worker {
                     );
                     self.status
                         .set_state(PartitionState::Failed, Some(failure.to_string()));
-                    self.sleep(delay).await;
+                    self.stop.sleep(delay).await;
                 }
             }
-        }
-    }
-
-    async fn sleep(&self, duration: Duration) {
-        tokio::select! {
-            _ = tokio::time::sleep(duration) => {}
-            _ = self.stop.requested() => {}
         }
     }
 
