@@ -167,7 +167,8 @@ fn write_limit(dir: &Path, records: &Records) -> f64 {
     let options = warmstore::store::StoreOptions::default();
     let started = Instant::now();
     for (p, partition) in records.iter().enumerate() {
-        let (db_options, families) = options.db_options(true);
+        let (db_options, families) =
+            options.db_options(warmstore::store::StoreType::KeyValue, true);
         let db = rocksdb::DB::open_cf_descriptors(&db_options, dir.join(p.to_string()), families)
             .unwrap();
         let mut write_options = rocksdb::WriteOptions::default();

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use warmstore::store::format::{decode_i64, OFFSETS_CF, STATUS_KEY};
 use warmstore::store::meta::{self, StoreMeta};
-use warmstore::store::{dir_bytes, open_read_only};
+use warmstore::store::{dir_bytes, estimated_keys, open_read_only};
 
 #[derive(Debug, Serialize)]
 pub struct Report {
@@ -72,11 +72,7 @@ fn read_report(dir: &Path) -> Result<Report, String> {
             );
         }
     }
-    let estimated_keys = db
-        .property_int_value("rocksdb.estimate-num-keys")
-        .ok()
-        .flatten()
-        .unwrap_or(0);
+    let estimated_keys = estimated_keys(&db);
     Ok(Report {
         path: dir.to_path_buf(),
         offsets,

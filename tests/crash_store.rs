@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use warmstore::store::format::{decode_i64, TopicPartition};
+use warmstore::store::layout::TIMESTAMPED_CF;
 use warmstore::store::{open_read_only, StorePaths};
 use warmstore::testkit::{apply, Rng, Workload};
 
@@ -33,7 +34,9 @@ struct Figures {
     last_offset: Option<i64>,
 }
 
-/// The store as found after a kill: its offset for our partition, and `default`'s contents.
+/// The store as found after a kill: its offset for our partition, and the data family's contents.
+/// A timestamped store's values lose their timestamp, which must be the offset of a commit at or
+/// before the stored one.
 fn read_store(dir: &Path) -> (Option<i64>, BTreeMap<Vec<u8>, Vec<u8>>) {
     let db = match open_read_only(dir) {
         Ok(db) => db,
@@ -49,11 +52,21 @@ fn read_store(dir: &Path) -> (Option<i64>, BTreeMap<Vec<u8>, Vec<u8>>) {
         .get_cf(offsets, key)
         .unwrap()
         .map(|v| decode_i64(&v).expect("8-byte offset"));
+    let timestamped = db.cf_handle(TIMESTAMPED_CF);
+    let family = timestamped.unwrap_or_else(|| db.cf_handle("default").unwrap());
     let data = db
-        .iterator(rocksdb::IteratorMode::Start)
+        .iterator_cf(family, rocksdb::IteratorMode::Start)
         .map(|item| {
             let (k, v) = item.unwrap();
-            (k.to_vec(), v.to_vec())
+            if timestamped.is_none() {
+                return (k.to_vec(), v.to_vec());
+            }
+            let stamp = i64::from_be_bytes(v[..8].try_into().unwrap());
+            assert!(
+                Some(stamp) <= applied,
+                "a value stamped {stamp} beyond the stored offset {applied:?}"
+            );
+            (k.to_vec(), v[8..].to_vec())
         })
         .collect();
     (applied, data)
@@ -85,16 +98,21 @@ impl Model {
 /// from an empty store so every round is an independent observation.
 fn kill_loop(mode: &str, wal: bool, kills: usize, seed: u64) -> Figures {
     let state = tempfile::tempdir().unwrap();
-    let db_dir = StorePaths::new(state.path(), "crash", 0).db;
+    let db_dir = if mode == "kafka-streams" {
+        state.path().join("crash-app/0_0/rocksdb/crash")
+    } else {
+        StorePaths::new(state.path(), "crash", 0).db
+    };
     let mut model = Model {
         work: workload(seed),
         at: None,
         state: BTreeMap::new(),
     };
+    let through_the_store = mode == "protocol" || mode == "kafka-streams";
     let mut rng = Rng::new(seed);
     let mut figures = Figures::default();
     for _ in 0..kills {
-        if mode != "protocol" {
+        if !through_the_store {
             let _ = std::fs::remove_dir_all(&db_dir);
         }
         let mut child = Command::new(env!("CARGO_BIN_EXE_warmstore-crash-writer"))
@@ -125,7 +143,7 @@ fn kill_loop(mode: &str, wal: bool, kills: usize, seed: u64) -> Figures {
         if applied > figures.last_offset {
             figures.advanced += 1;
         }
-        if mode == "protocol" {
+        if through_the_store {
             assert!(
                 applied >= figures.last_offset,
                 "stored offset went backwards"
@@ -153,6 +171,18 @@ fn protocol_survives_sigkill_with_wal_off() {
 #[test]
 fn protocol_survives_sigkill_with_wal_on() {
     let f = kill_loop("protocol", true, 20, 12);
+    assert_eq!(f.divergences, 0, "{f:?}");
+    assert!(
+        f.advanced >= 10,
+        "the stored offset must really advance between kills: {f:?}"
+    );
+}
+
+/// The same protocol into a timestamped store in the Kafka Streams layout, where the data lives in
+/// `keyValueWithTimestamp`: one more column family in every atomic flush.
+#[test]
+fn protocol_survives_sigkill_in_the_kafka_streams_layout() {
+    let f = kill_loop("kafka-streams", false, 20, 15);
     assert_eq!(f.divergences, 0, "{f:?}");
     assert!(
         f.advanced >= 10,

@@ -209,7 +209,8 @@ fn corrupt_stores_are_rebuilt_and_the_others_are_untouched() {
     let len = std::fs::metadata(&sst).unwrap().len() as usize;
     std::fs::write(&sst, vec![0x5a; len]).unwrap();
     {
-        let (options, families) = warmstore::store::StoreOptions::default().db_options(false);
+        let (options, families) = warmstore::store::StoreOptions::default()
+            .db_options(warmstore::store::StoreType::KeyValue, false);
         let raw = rocksdb::DB::open_cf_descriptors(&options, db(1), families).unwrap();
         raw.put_cf(raw.cf_handle("offsets").unwrap(), "hurt-1", b"garbage")
             .unwrap();

@@ -8,6 +8,7 @@ use warmstore::store::dirty::{LogBounds, UncleanPolicy, WipeReason};
 use warmstore::store::format::TopicPartition;
 use warmstore::store::{
     open_read_only, OpenOutcome, RocksDbOverrides, Store, StoreError, StoreOptions, StorePaths,
+    StoreType,
 };
 use warmstore::units::ByteSize;
 
@@ -36,11 +37,11 @@ fn open(dir: &Path) -> (Store, OpenOutcome) {
 fn closed_store(dir: &Path) {
     let (mut store, outcome) = open(dir);
     assert_eq!(outcome, OpenOutcome::Empty);
-    store.put(b"apple", b"1");
-    store.put(b"pear", b"2");
+    store.put(b"apple", b"1", 0).unwrap();
+    store.put(b"pear", b"2", 0).unwrap();
     store.commit(41).unwrap();
-    store.put(b"plum", b"3");
-    store.delete(b"pear");
+    store.put(b"plum", b"3", 0).unwrap();
+    store.delete(b"pear").unwrap();
     store.close(Some(42)).unwrap();
 }
 
@@ -153,10 +154,10 @@ fn offsets_entries_are_byte_exact_kafka_streams() {
 fn uncommitted_writes_never_reach_rocksdb() {
     let dir = tempfile::tempdir().unwrap();
     let (mut store, _) = open(dir.path());
-    store.put(b"a", b"committed");
+    store.put(b"a", b"committed", 0).unwrap();
     store.commit(7).unwrap();
-    store.put(b"a", b"uncommitted");
-    store.put(b"b", b"uncommitted");
+    store.put(b"a", b"uncommitted", 0).unwrap();
+    store.put(b"b", b"uncommitted", 0).unwrap();
     assert!(store.uncommitted_bytes() > 0);
     assert_eq!(store.get(b"a").unwrap(), Some(b"committed".to_vec()));
     assert_eq!(store.get(b"b").unwrap(), None);
@@ -177,7 +178,7 @@ fn uncommitted_writes_never_reach_rocksdb() {
 fn close_refuses_to_drop_uncommitted_writes_without_an_offset() {
     let dir = tempfile::tempdir().unwrap();
     let (mut store, _) = open(dir.path());
-    store.put(b"a", b"1");
+    store.put(b"a", b"1", 0).unwrap();
     assert!(matches!(
         store.close(None),
         Err(StoreError::UncommittedAtClose { .. })
@@ -254,7 +255,7 @@ fn unflushed_commits_are_flushed_once_older_than_the_bound() {
     };
     let (mut store, _) =
         Store::open(paths(dir.path()), tp(), &eager, UncleanPolicy::Resume, None).unwrap();
-    store.put(b"k", b"v");
+    store.put(b"k", b"v", 0).unwrap();
     store.commit(3).unwrap();
     // WAL off: only a flush puts the commit on disk, where a read-only reader sees it.
     assert_eq!(raw(dir.path()).1, vec![(b"k".to_vec(), b"v".to_vec())]);
@@ -267,7 +268,7 @@ fn unflushed_commits_are_flushed_once_older_than_the_bound() {
     };
     let (mut store, _) =
         Store::open(paths(dir.path()), tp(), &lazy, UncleanPolicy::Resume, None).unwrap();
-    store.put(b"k", b"v");
+    store.put(b"k", b"v", 0).unwrap();
     store.commit(3).unwrap();
     assert!(raw(dir.path()).1.is_empty(), "not flushed before the bound");
     assert!(!store.maybe_flush(std::time::Instant::now()).unwrap());
@@ -351,7 +352,7 @@ fn a_file_where_the_store_directory_should_be_is_corruption() {
 
 /// Writes straight into a store's column families, as a foreign or broken writer would.
 fn raw_write(dir: &Path, default: &[(&[u8], &[u8])], offsets: &[(&[u8], &[u8])]) {
-    let (db_options, families) = StoreOptions::default().db_options(true);
+    let (db_options, families) = StoreOptions::default().db_options(StoreType::KeyValue, true);
     fs::create_dir_all(&paths(dir).db).unwrap();
     let db = rocksdb::DB::open_cf_descriptors(&db_options, &paths(dir).db, families).unwrap();
     for (k, v) in default {
@@ -434,7 +435,7 @@ fn a_newer_format_version_is_format_mismatch() {
 /// A store left open (status 1), its data flushed, as after a crash.
 fn unclean_store(dir: &Path) {
     let (mut store, _) = open(dir);
-    store.put(b"apple", b"1");
+    store.put(b"apple", b"1", 0).unwrap();
     store.commit(9).unwrap();
     drop(store); // no close: status stays 1, as when the process dies.
 }
@@ -573,6 +574,66 @@ fn a_second_process_gets_a_clear_lock_error() {
         message.contains(&format!("pid {}", writer.id())),
         "{message}"
     );
+}
+
+/// A Kafka Streams application with the store open holds RocksDB's `fcntl` lock on `LOCK`
+/// (here a Python process takes the same lock). RocksDB's own open would fail like a damaged
+/// store; the store must be refused, naming the holder, and keep its contents.
+#[test]
+fn a_store_another_program_has_open_is_refused_and_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    closed_store(dir.path());
+    let lock_file = paths(dir.path()).db.join("LOCK");
+    let mut holder = Command::new("python3")
+        .args([
+            "-c",
+            "import fcntl, sys\n\
+             f = open(sys.argv[1], 'r+')\n\
+             fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n\
+             print('locked', flush=True)\n\
+             sys.stdin.read()",
+        ])
+        .arg(&lock_file)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "locked");
+    let result = Store::open(
+        paths(dir.path()),
+        tp(),
+        &StoreOptions::default(),
+        UncleanPolicy::Resume,
+        None,
+    );
+    drop(holder.stdin.take());
+    holder.wait().unwrap();
+    match result {
+        Err(e @ StoreError::Locked { .. }) => {
+            assert!(
+                e.to_string().contains(&format!("pid {}", holder.id())),
+                "{e}"
+            )
+        }
+        Err(other) => panic!("expected a lock error, got {other}"),
+        Ok((_, outcome)) => panic!("the store was opened under another program: {outcome:?}"),
+    }
+    let (store, outcome) = open(dir.path());
+    assert_eq!(
+        outcome,
+        OpenOutcome::Resumed {
+            applied: 42,
+            unclean: false
+        }
+    );
+    assert_eq!(store.get(b"apple").unwrap(), Some(b"1".to_vec()));
+    assert_eq!(store.get(b"plum").unwrap(), Some(b"3".to_vec()));
 }
 
 fn listing(dir: &Path) -> Vec<(PathBuf, u64, std::time::SystemTime)> {

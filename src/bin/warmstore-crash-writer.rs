@@ -2,14 +2,17 @@
 //! killed. `protocol` goes through warmstore's store; the two broken variants exist only as negative
 //! controls, proving the crash test can see the divergence they cause.
 //!
-//! usage: warmstore-crash-writer STATE_DIR SEED protocol|no-atomic-flush|offset-first wal|no-wal
+//! `kafka-streams` is `protocol` into a timestamped store in the Kafka Streams layout
+//! (`<STATE_DIR>/crash-app/0_0/rocksdb/crash`), each value stamped with the offset of its commit.
+//!
+//! usage: warmstore-crash-writer STATE_DIR SEED protocol|kafka-streams|no-atomic-flush|offset-first wal|no-wal
 
 use rocksdb::{BlockBasedOptions, ColumnFamilyDescriptor, Options, WriteBatch, WriteOptions, DB};
 use std::io::Write;
 use std::path::Path;
 use warmstore::store::dirty::UncleanPolicy;
 use warmstore::store::format::{decode_i64, encode_i64, TopicPartition, OFFSETS_CF};
-use warmstore::store::{RocksDbOverrides, Store, StoreOptions, StorePaths};
+use warmstore::store::{Layout, RocksDbOverrides, Store, StoreOptions, StorePaths, StoreType};
 use warmstore::testkit::Workload;
 use warmstore::units::ByteSize;
 
@@ -29,7 +32,7 @@ pub fn workload(seed: u64) -> Workload {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() != 5 {
-        eprintln!("usage: warmstore-crash-writer STATE_DIR SEED protocol|no-atomic-flush|offset-first wal|no-wal");
+        eprintln!("usage: warmstore-crash-writer STATE_DIR SEED protocol|kafka-streams|no-atomic-flush|offset-first wal|no-wal");
         std::process::exit(2);
     }
     let state_dir = Path::new(&args[1]);
@@ -42,6 +45,19 @@ fn main() {
     let tp = TopicPartition::new("crash-changelog", 0);
     let result = match args[3].as_str() {
         "protocol" => protocol(paths, tp, seed, wal),
+        "kafka-streams" => {
+            let layout = Layout::KafkaStreams {
+                application_id: "crash-app".into(),
+                subtopology: 0,
+                kind: StoreType::TimestampedKeyValue,
+            };
+            protocol(
+                StorePaths::for_layout(state_dir, &layout, "crash", 0),
+                tp,
+                seed,
+                wal,
+            )
+        }
         "no-atomic-flush" => broken(&paths.db, &tp, seed, wal, false),
         "offset-first" => broken(&paths.db, &tp, seed, wal, true),
         other => Err(format!("unknown mode {other}")),
@@ -74,9 +90,10 @@ fn protocol(paths: StorePaths, tp: TopicPartition, seed: u64, wal: bool) -> Resu
     loop {
         for (key, value) in work.ops(next) {
             match value {
-                Some(value) => store.put(&key, &value),
+                Some(value) => store.put(&key, &value, next),
                 None => store.delete(&key),
             }
+            .map_err(|e| e.to_string())?;
         }
         store.commit(next).map_err(|e| e.to_string())?;
         next += 1;

@@ -167,9 +167,9 @@ struct Batch {
     null_keys: u64,
     /// The next offset is no longer in the log (retention or compaction passed the store).
     out_of_range: bool,
-    /// The partition cannot be consumed: topic or partition gone, or a batch librdkafka could not
-    /// decode (which it would skip).
-    kafka_failure: Option<KafkaFailure>,
+    /// The partition cannot be consumed (topic or partition gone, or a batch librdkafka could not
+    /// decode, which it would skip), or the store refused a write.
+    failure: Option<Failure>,
     /// The queue had nothing more when the batch ended.
     drained: bool,
     /// Timestamp of the last record taken, published once per batch (lag in seconds).
@@ -466,8 +466,8 @@ impl Worker {
         let lane = assignment.lane;
         let batch = self.take_batch(lane, store, &mut run.next, &mut run.last_taken, budget);
         run.drained = batch.drained;
-        if let Some(failure) = batch.kafka_failure {
-            return Err(failure.into());
+        if let Some(failure) = batch.failure {
+            return Err(failure);
         }
         if batch.out_of_range {
             return Ok(Some(Event::OutOfRange));
@@ -618,12 +618,17 @@ impl Worker {
                         match m.key() {
                             None => batch.null_keys += 1,
                             Some(key) => {
-                                match m.payload() {
+                                let written = match m.payload() {
                                     Some(value) => {
-                                        store.put(key, value);
                                         batch.bytes += value.len() as u64;
+                                        let timestamp = m.timestamp().to_millis().unwrap_or(-1);
+                                        store.put(key, value, timestamp)
                                     }
                                     None => store.delete(key),
+                                };
+                                if let Err(error) = written {
+                                    batch.failure = Some(error.into());
+                                    break;
                                 }
                                 batch.bytes += key.len() as u64;
                                 batch.records += 1;
@@ -654,11 +659,14 @@ impl Worker {
                                 partition = self.tp.partition, %error, "fetch error; librdkafka retries");
                         }
                         ConsumeError::Fatal => {
-                            batch.kafka_failure = Some(KafkaFailure::Consume {
-                                tp: self.tp.clone(),
-                                after: *last_taken,
-                                source: error,
-                            });
+                            batch.failure = Some(
+                                KafkaFailure::Consume {
+                                    tp: self.tp.clone(),
+                                    after: *last_taken,
+                                    source: error,
+                                }
+                                .into(),
+                            );
                             break;
                         }
                     }

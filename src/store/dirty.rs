@@ -86,6 +86,11 @@ pub enum Identity {
     OtherPartition(String),
     /// Written by a newer warmstore whose format this one does not know.
     NewerFormat(u32),
+    /// Its column families are those of another store type (the config's `type` changed).
+    OtherType {
+        found: String,
+        expected: &'static str,
+    },
 }
 
 /// The applied offset as read from `offsets`.
@@ -186,6 +191,12 @@ pub fn decide(facts: &StoreFacts, policy: UncleanPolicy, bounds: Option<LogBound
             return wipe(
                 WipeReason::FormatMismatch,
                 format!("store format version {version} is newer than this warmstore knows"),
+            )
+        }
+        Identity::OtherType { found, expected } => {
+            return wipe(
+                WipeReason::FormatMismatch,
+                format!("store has the column families {found}, not those of a {expected} store"),
             )
         }
         Identity::Matches | Identity::Unknown => {}
@@ -439,6 +450,17 @@ mod tests {
         };
         assert_eq!(
             reason(decide(&newer, UncleanPolicy::Resume, None)),
+            WipeReason::FormatMismatch
+        );
+        let other_type = StoreFacts {
+            identity: Identity::OtherType {
+                found: "default, offsets".into(),
+                expected: "timestamped_key_value",
+            },
+            ..StoreFacts::fresh()
+        };
+        assert_eq!(
+            reason(decide(&other_type, UncleanPolicy::Resume, None)),
             WipeReason::FormatMismatch
         );
     }

@@ -1,5 +1,10 @@
 //! One process per store: an exclusive `flock` on a `.lock` file beside the database directory.
 //! It sits beside, not inside, so a wipe can remove the database without dropping the lock.
+//!
+//! Another program may have the database open without knowing of that file: a Kafka Streams
+//! application opening its own state directory. RocksDB locks the database's `LOCK` file with
+//! `fcntl`, and an open that meets that lock fails like a damaged store would, so warmstore asks
+//! who holds it before it opens anything: a store in use is left alone, never wiped.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -50,4 +55,32 @@ impl StoreLock {
         write!(file, "pid {}", std::process::id()).map_err(io)?;
         Ok(StoreLock { _file: file })
     }
+}
+
+/// The pid of another process that holds RocksDB's `fcntl` lock on `<db_dir>/LOCK`, if any.
+pub fn rocksdb_lock_holder(db_dir: &Path) -> std::io::Result<Option<i32>> {
+    use std::os::fd::AsRawFd;
+    let file = match File::open(db_dir.join("LOCK")) {
+        Ok(file) => file,
+        // No database here (or a file where its directory should be): nothing holds it, and
+        // the dirty rules judge what is there.
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Ok(None)
+        }
+        Err(e) => return Err(e),
+    };
+    // SAFETY: `flock` is a plain C struct; zeroed is a valid value for every field.
+    let mut query: libc::flock = unsafe { std::mem::zeroed() };
+    query.l_type = libc::F_WRLCK as libc::c_short;
+    query.l_whence = libc::SEEK_SET as libc::c_short;
+    // SAFETY: F_GETLK only reads and writes the struct passed to it.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETLK, &mut query) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((query.l_type != libc::F_UNLCK as libc::c_short).then_some(query.l_pid))
 }

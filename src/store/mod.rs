@@ -6,6 +6,7 @@
 pub mod descriptors;
 pub mod dirty;
 pub mod format;
+pub mod layout;
 pub mod lock;
 pub mod meta;
 pub mod options;
@@ -22,6 +23,7 @@ use dirty::{
 };
 pub use format::TopicPartition;
 use format::{decode_i64, encode_i64, OFFSETS_CF, STATUS_CLOSED, STATUS_KEY, STATUS_OPEN};
+pub use layout::{Layout, StorePaths, StoreType};
 use lock::StoreLock;
 pub use options::{Compression, RocksDbOverrides, StoreOptions};
 
@@ -38,27 +40,6 @@ pub enum StoreError {
     },
     #[error("store {dir} has uncommitted writes and no offset to commit them at")]
     UncommittedAtClose { dir: PathBuf },
-}
-
-/// Where one store partition lives. The lock and the wipe marker sit beside the database directory,
-/// so wiping the database never drops the lock or the marker.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StorePaths {
-    pub db: PathBuf,
-    pub lock: PathBuf,
-    pub marker: PathBuf,
-}
-
-impl StorePaths {
-    /// `<state_dir>/<store>/<partition>/`. The store name is validated by the config.
-    pub fn new(state_dir: &Path, store: &str, partition: i32) -> Self {
-        let parent = state_dir.join(store);
-        StorePaths {
-            db: parent.join(partition.to_string()),
-            lock: parent.join(format!("{partition}.lock")),
-            marker: parent.join(format!("{partition}.wiping")),
-        }
-    }
 }
 
 /// What `open` did, for logs and metrics.
@@ -78,6 +59,8 @@ pub struct Store {
     write_options: WriteOptions,
     /// The uncommitted buffer (KIP-892): nothing in it is visible to RocksDB until `commit`.
     batch: WriteBatch,
+    /// The stored form of the value being put, reused across records.
+    value: Vec<u8>,
     applied: Option<i64>,
     /// When the oldest commit not yet flushed was written.
     unflushed_since: Option<Instant>,
@@ -127,6 +110,19 @@ impl Store {
             create_private_dir(parent).map_err(io_at(parent))?;
         }
         let lock = StoreLock::acquire(&paths.lock, &paths.db)?;
+        match lock::rocksdb_lock_holder(&paths.db) {
+            Ok(None) => {}
+            Ok(Some(pid)) => {
+                return Err(StoreError::Locked {
+                    dir: paths.db.clone(),
+                    holder: format!("another program (pid {pid}) that has the database open"),
+                })
+            }
+            Err(source) => {
+                let path = paths.db.join("LOCK");
+                return Err(StoreError::Io { path, source });
+            }
+        }
         let (facts, db) = probe(&paths, &tp, options);
         let (db, outcome) = match dirty::decide(&facts, policy, bounds) {
             Action::Resume { applied, unclean } => match db {
@@ -174,6 +170,7 @@ impl Store {
             options,
             write_options,
             batch: WriteBatch::default(),
+            value: Vec::new(),
             applied,
             unflushed_since: None,
             _lock: lock,
@@ -191,14 +188,32 @@ impl Store {
         self.applied
     }
 
-    /// Buffers a put until the next commit.
-    pub fn put(&mut self, key: &[u8], value: &[u8]) {
-        self.batch.put(key, value);
+    /// Buffers a put until the next commit. `timestamp` is the record's (milliseconds, -1 for
+    /// none); only a timestamped store keeps it.
+    pub fn put(&mut self, key: &[u8], value: &[u8], timestamp: i64) -> Result<(), StoreError> {
+        let kind = self.paths.kind;
+        kind.encode_value(timestamp, value, &mut self.value);
+        match kind {
+            StoreType::KeyValue => self.batch.put(key, &self.value),
+            StoreType::TimestampedKeyValue => {
+                let family = family(&self.db, &self.paths.db, kind.data_family())?;
+                self.batch.put_cf(family, key, &self.value);
+            }
+        }
+        Ok(())
     }
 
     /// Buffers a delete (a tombstone) until the next commit.
-    pub fn delete(&mut self, key: &[u8]) {
-        self.batch.delete(key);
+    pub fn delete(&mut self, key: &[u8]) -> Result<(), StoreError> {
+        let kind = self.paths.kind;
+        match kind {
+            StoreType::KeyValue => self.batch.delete(key),
+            StoreType::TimestampedKeyValue => {
+                let family = family(&self.db, &self.paths.db, kind.data_family())?;
+                self.batch.delete_cf(family, key);
+            }
+        }
+        Ok(())
     }
 
     /// Size of the uncommitted buffer, compared against `max_uncommitted_bytes`.
@@ -248,15 +263,17 @@ impl Store {
 
     /// One atomic flush of every column family.
     pub fn flush(&mut self) -> Result<(), StoreError> {
-        let offsets = offsets_cf(&self.db, &self.paths.db)?;
-        let default = self
-            .db
-            .cf_handle(rocksdb::DEFAULT_COLUMN_FAMILY_NAME)
-            .ok_or_else(|| missing_cf(&self.paths.db, rocksdb::DEFAULT_COLUMN_FAMILY_NAME))?;
+        let families = self
+            .paths
+            .kind
+            .families()
+            .iter()
+            .map(|name| family(&self.db, &self.paths.db, name))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut flush_options = FlushOptions::default();
         flush_options.set_wait(true);
         self.db
-            .flush_cfs_opt(&[default, offsets], &flush_options)
+            .flush_cfs_opt(&families, &flush_options)
             .map_err(rocks(&self.paths.db))?;
         self.unflushed_since = None;
         Ok(())
@@ -290,18 +307,16 @@ impl Store {
         Store::ready(db, _lock, paths, tp, options, None)
     }
 
-    /// Reads a committed value; the uncommitted buffer is not visible.
+    /// Reads a committed value as stored (a timestamped store's with its timestamp); the
+    /// uncommitted buffer is not visible.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        self.db.get(key).map_err(rocks(&self.paths.db))
+        let family = family(&self.db, &self.paths.db, self.paths.kind.data_family())?;
+        self.db.get_cf(family, key).map_err(rocks(&self.paths.db))
     }
 
-    /// RocksDB's estimate of the number of keys in `default`.
+    /// RocksDB's estimate of the number of keys the store holds.
     pub fn estimated_keys(&self) -> u64 {
-        self.db
-            .property_int_value("rocksdb.estimate-num-keys")
-            .ok()
-            .flatten()
-            .unwrap_or(0)
+        estimated_keys(&self.db)
     }
 
     /// Bytes of the store directory on disk.
@@ -322,16 +337,33 @@ impl Store {
     }
 }
 
-fn offsets_cf<'a>(db: &'a DB, dir: &Path) -> Result<&'a rocksdb::ColumnFamily, StoreError> {
-    db.cf_handle(OFFSETS_CF)
-        .ok_or_else(|| missing_cf(dir, OFFSETS_CF))
+/// RocksDB's estimate of the keys in every family but `offsets` (a timestamped store keeps its
+/// data in `keyValueWithTimestamp`, not `default`).
+pub fn estimated_keys(db: &DB) -> u64 {
+    let mut families = vec![rocksdb::DEFAULT_COLUMN_FAMILY_NAME];
+    if db.cf_handle(layout::TIMESTAMPED_CF).is_some() {
+        families.push(layout::TIMESTAMPED_CF);
+    }
+    families
+        .into_iter()
+        .filter_map(|name| db.cf_handle(name))
+        .filter_map(|family| {
+            db.property_int_value_cf(family, "rocksdb.estimate-num-keys")
+                .ok()
+                .flatten()
+        })
+        .sum()
 }
 
-fn missing_cf(dir: &Path, name: &str) -> StoreError {
-    StoreError::Io {
+fn offsets_cf<'a>(db: &'a DB, dir: &Path) -> Result<&'a rocksdb::ColumnFamily, StoreError> {
+    family(db, dir, OFFSETS_CF)
+}
+
+fn family<'a>(db: &'a DB, dir: &Path, name: &str) -> Result<&'a rocksdb::ColumnFamily, StoreError> {
+    db.cf_handle(name).ok_or_else(|| StoreError::Io {
         path: dir.to_path_buf(),
         source: io::Error::other(format!("column family `{name}` is missing")),
-    }
+    })
 }
 
 /// Sum of the sizes of the regular files directly in `dir` (RocksDB keeps no subdirectories).
@@ -398,7 +430,21 @@ fn probe(
             return (facts, None);
         }
     }
-    let (db_options, families) = options.db_options(false);
+    // RocksDB refuses to open a store without naming each of its families, and Kafka Streams
+    // refuses one with a family it does not expect: a store of another type is rebuilt.
+    match DB::list_cf(&rocksdb::Options::default(), &paths.db) {
+        Ok(found) => {
+            if let Some(shape) = other_families(paths.kind, found) {
+                facts.identity = shape;
+                return (facts, None);
+            }
+        }
+        Err(e) => {
+            facts.open_error = Some(open_error(e));
+            return (facts, None);
+        }
+    }
+    let (db_options, families) = options.db_options(paths.kind, false);
     let db = match DB::open_cf_descriptors(&db_options, &paths.db, families) {
         Ok(db) => db,
         Err(e) => {
@@ -406,7 +452,7 @@ fn probe(
             return (facts, None);
         }
     };
-    if let Err(error) = read_facts(&db, tp, &mut facts) {
+    if let Err(error) = read_facts(&db, tp, paths.kind, &mut facts) {
         facts.open_error = Some(error);
         return (facts, None);
     }
@@ -417,8 +463,25 @@ fn open_error(error: rocksdb::Error) -> OpenError {
     OpenError::from_rocksdb(error.kind(), error.into_string())
 }
 
-/// Fills status, applied offset, identity (from foreign offset keys) and whether data is present.
-fn read_facts(db: &DB, tp: &TopicPartition, facts: &mut StoreFacts) -> Result<(), OpenError> {
+/// `Some` when a store's column families are not exactly those of `kind`.
+fn other_families(kind: StoreType, mut found: Vec<String>) -> Option<Identity> {
+    let mut expected: Vec<String> = kind.families().iter().map(|f| f.to_string()).collect();
+    found.sort();
+    expected.sort();
+    (found != expected).then(|| Identity::OtherType {
+        found: found.join(", "),
+        expected: kind.label(),
+    })
+}
+
+/// Fills status, applied offset, identity (from foreign offset keys) and whether data is present
+/// in any family but `offsets` (data in a timestamped store's `default` counts too).
+fn read_facts(
+    db: &DB,
+    tp: &TopicPartition,
+    kind: StoreType,
+    facts: &mut StoreFacts,
+) -> Result<(), OpenError> {
     let offsets = db
         .cf_handle(OFFSETS_CF)
         .ok_or_else(|| OpenError::Unreadable("column family `offsets` is missing".into()))?;
@@ -438,10 +501,15 @@ fn read_facts(db: &DB, tp: &TopicPartition, facts: &mut StoreFacts) -> Result<()
     if let (Some(other), StoredOffset::Absent) = (foreign, facts.applied) {
         facts.identity = Identity::OtherPartition(other);
     }
-    facts.has_data = match db.iterator(IteratorMode::Start).next() {
-        Some(item) => item.map(|_| true).map_err(open_error)?,
-        None => false,
-    };
+    for name in kind.families().iter().filter(|&&name| name != OFFSETS_CF) {
+        let family = db
+            .cf_handle(name)
+            .ok_or_else(|| OpenError::Unreadable(format!("column family `{name}` is missing")))?;
+        if let Some(item) = db.iterator_cf(family, IteratorMode::Start).next() {
+            item.map_err(open_error)?;
+            facts.has_data = true;
+        }
+    }
     Ok(())
 }
 
@@ -452,7 +520,7 @@ fn create_fresh(
 ) -> Result<DB, StoreError> {
     create_private_dir(&paths.db).map_err(io_at(&paths.db))?;
     meta::write(&paths.db, &meta::StoreMeta::new(tp)).map_err(io_at(&paths.db))?;
-    let (db_options, families) = options.db_options(true);
+    let (db_options, families) = options.db_options(paths.kind, true);
     DB::open_cf_descriptors(&db_options, &paths.db, families).map_err(rocks(&paths.db))
 }
 
@@ -505,15 +573,31 @@ fn remove_store_dir(path: &Path) -> Result<(), StoreError> {
 /// Every table file is opened at once (`max_open_files` -1): beside a running service a compaction
 /// may delete a file after the open read the MANIFEST, and a file opened late would be gone, while
 /// one opened early stays readable.
+///
+/// Every column family the store has is opened, whatever its type.
 pub fn open_read_only(dir: &Path) -> Result<DB, rocksdb::Error> {
-    let (db_options, families) = StoreOptions {
+    let found = DB::list_cf(&rocksdb::Options::default(), dir)?;
+    let kind = if found.iter().any(|f| f == layout::TIMESTAMPED_CF) {
+        StoreType::TimestampedKeyValue
+    } else {
+        StoreType::KeyValue
+    };
+    let (db_options, mut families) = StoreOptions {
         rocksdb: RocksDbOverrides {
             max_open_files: Some(-1),
             ..Default::default()
         },
         ..Default::default()
     }
-    .db_options(false);
+    .db_options(kind, false);
+    families.retain(|f| found.iter().any(|name| name == f.name()));
+    let known: Vec<String> = families.iter().map(|f| f.name().to_string()).collect();
+    for name in found.into_iter().filter(|name| !known.contains(name)) {
+        families.push(rocksdb::ColumnFamilyDescriptor::new(
+            name,
+            rocksdb::Options::default(),
+        ));
+    }
     DB::open_cf_descriptors_read_only(&db_options, dir, families, false)
 }
 
@@ -540,10 +624,29 @@ mod tests {
     }
 
     #[test]
-    fn paths_follow_the_layout() {
-        let p = StorePaths::new(Path::new("/state"), "counts", 3);
-        assert_eq!(p.db, Path::new("/state/counts/3"));
-        assert_eq!(p.lock, Path::new("/state/counts/3.lock"));
-        assert_eq!(p.marker, Path::new("/state/counts/3.wiping"));
+    fn a_store_of_another_type_is_told_apart_by_its_families() {
+        let names = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            other_families(StoreType::KeyValue, names(&["offsets", "default"])),
+            None
+        );
+        assert_eq!(
+            other_families(
+                StoreType::TimestampedKeyValue,
+                names(&["default", "keyValueWithTimestamp", "offsets"])
+            ),
+            None
+        );
+        assert_eq!(
+            other_families(
+                StoreType::TimestampedKeyValue,
+                names(&["default", "offsets"])
+            ),
+            Some(Identity::OtherType {
+                found: "default, offsets".into(),
+                expected: "timestamped_key_value"
+            })
+        );
+        assert!(other_families(StoreType::KeyValue, names(&["default"])).is_some());
     }
 }

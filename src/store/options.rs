@@ -3,12 +3,12 @@
 use crate::units::ByteSize;
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBCompressionType, InfoLogger, LogLevel,
-    MemtableFactory, Options, WriteBufferManager, DEFAULT_COLUMN_FAMILY_NAME,
+    MemtableFactory, Options, WriteBufferManager,
 };
 use serde::Deserialize;
 use std::time::Duration;
 
-use super::format::OFFSETS_CF;
+use super::layout::StoreType;
 
 /// Table format every column family is written in. RocksDB 11 defaults to 7, which RocksDB 10.1 and
 /// older (including the one Kafka Streams 4.3/4.4 ships) cannot read; 6 keeps stores portable.
@@ -211,7 +211,11 @@ impl StoreOptions {
 
     /// Database options plus one descriptor per column family, each with its own full options:
     /// `DB::open_cf` would give the named families defaults (format_version 7).
-    pub fn db_options(&self, create: bool) -> (Options, Vec<ColumnFamilyDescriptor>) {
+    pub fn db_options(
+        &self,
+        kind: StoreType,
+        create: bool,
+    ) -> (Options, Vec<ColumnFamilyDescriptor>) {
         let mut db = self.column_family_options();
         if let Some(n) = self.rocksdb.max_background_jobs {
             db.set_max_background_jobs(n);
@@ -232,10 +236,18 @@ impl StoreOptions {
         db.create_missing_column_families(create);
         // Last, so no override can undo it.
         db.set_atomic_flush(true);
-        let families = vec![
-            ColumnFamilyDescriptor::new(DEFAULT_COLUMN_FAMILY_NAME, self.data_options()),
-            ColumnFamilyDescriptor::new(OFFSETS_CF, self.column_family_options()),
-        ];
+        let families = kind
+            .families()
+            .iter()
+            .map(|&name| {
+                let options = if name == kind.data_family() {
+                    self.data_options()
+                } else {
+                    self.column_family_options()
+                };
+                ColumnFamilyDescriptor::new(name, options)
+            })
+            .collect();
         (db, families)
     }
 }
