@@ -11,7 +11,7 @@ use crate::store::dirty::UncleanPolicy;
 use crate::store::options::{
     SharedBlockCache, SharedMemtables, DEFAULT_BLOCK_CACHE, DEFAULT_TOTAL_WRITE_BUFFER,
 };
-use crate::store::{RocksDbOverrides, StoreOptions};
+use crate::store::{Layout, RocksDbOverrides, StoreOptions, StoreType};
 use crate::units::{ByteSize, HumanDuration};
 
 /// Environment variable that overrides `kafka.bootstrap.servers` (Helm and Kubernetes set it).
@@ -70,14 +70,111 @@ pub struct RestoreConfig {
     pub deprecated: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StoreConfig {
     pub name: String,
     pub changelog: String,
     /// `None`: every partition of the topic.
-    #[serde(default)]
     pub partitions: Option<Vec<i32>>,
+    pub layout: Layout,
+}
+
+impl StoreConfig {
+    /// A store in warmstore's own layout.
+    pub fn new(name: &str, changelog: &str, partitions: Option<Vec<i32>>) -> StoreConfig {
+        StoreConfig {
+            name: name.into(),
+            changelog: changelog.into(),
+            partitions,
+            layout: Layout::Warmstore,
+        }
+    }
+}
+
+/// Which layout a store is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+enum LayoutName {
+    /// `<state_dir>/<store>/<partition>/`
+    #[default]
+    Warmstore,
+    /// `<state_dir>/<application_id>/<subtopology>_<partition>/rocksdb/<store>/`, opened by Kafka
+    /// Streams as its own
+    KafkaStreams,
+}
+
+/// A store as written in the config file.
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    /// The store's name; in the kafka-streams layout, the Kafka Streams store name
+    name: String,
+    /// The changelog topic; in the kafka-streams layout it defaults to
+    /// `<application_id>-<name>-changelog`
+    #[serde(default)]
+    changelog: Option<String>,
+    /// Partitions to restore; every partition of the topic when left out
+    #[serde(default)]
+    partitions: Option<Vec<i32>>,
+    #[serde(default)]
+    layout: LayoutName,
+    /// kafka-streams layout: the application's `application.id`
+    #[serde(default)]
+    application_id: Option<String>,
+    /// kafka-streams layout: `key_value` or `timestamped_key_value` (what the DSL materialises)
+    #[serde(default, rename = "type")]
+    kind: Option<StoreType>,
+    /// kafka-streams layout: the sub-topology of the store's tasks (default 0)
+    #[serde(default)]
+    subtopology: Option<u32>,
+}
+
+impl RawStore {
+    fn into_store(self, index: usize) -> Result<StoreConfig, ConfigProblem> {
+        use ConfigProblem as P;
+        let layout = match self.layout {
+            LayoutName::Warmstore => {
+                let only_kafka_streams = [
+                    ("application_id", self.application_id.is_some()),
+                    ("type", self.kind.is_some()),
+                    ("subtopology", self.subtopology.is_some()),
+                ];
+                if let Some((field, _)) = only_kafka_streams.iter().find(|(_, set)| *set) {
+                    return Err(P::OnlyKafkaStreams { index, field });
+                }
+                Layout::Warmstore
+            }
+            LayoutName::KafkaStreams => {
+                let application_id = self.application_id.ok_or(P::KafkaStreamsNeeds {
+                    index,
+                    field: "application_id",
+                })?;
+                validate_store_name(&application_id)
+                    .map_err(|problem| P::ApplicationId { index, problem })?;
+                Layout::KafkaStreams {
+                    application_id,
+                    subtopology: self.subtopology.unwrap_or(0),
+                    kind: self.kind.ok_or(P::KafkaStreamsNeeds {
+                        index,
+                        field: "type",
+                    })?,
+                }
+            }
+        };
+        let changelog = match (&layout, self.changelog) {
+            (_, Some(changelog)) => changelog,
+            (Layout::KafkaStreams { application_id, .. }, None) => {
+                format!("{application_id}-{}-changelog", self.name)
+            }
+            (Layout::Warmstore, None) => return Err(P::NoChangelog { index }),
+        };
+        Ok(StoreConfig {
+            name: self.name,
+            changelog,
+            partitions: self.partitions,
+            layout,
+        })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -111,8 +208,19 @@ pub enum ConfigProblem {
     },
     #[error("stores[{index}].name: `{name}` is used twice")]
     StoreNameTwice { index: usize, name: String },
-    #[error("stores[{index}].changelog must not be empty")]
+    #[error("stores[{index}].changelog is required and must not be empty")]
     NoChangelog { index: usize },
+    #[error("stores[{index}].{field} is only for `layout: kafka-streams`")]
+    OnlyKafkaStreams { index: usize, field: &'static str },
+    #[error("stores[{index}].{field} is required with `layout: kafka-streams`")]
+    KafkaStreamsNeeds { index: usize, field: &'static str },
+    #[error("stores[{index}].application_id: {problem}")]
+    ApplicationId {
+        index: usize,
+        problem: StoreNameProblem,
+    },
+    #[error("stores[{index}].application_id: `{name}` is also the name of a store in warmstore's layout, whose directory it would share")]
+    ApplicationIdIsStoreName { index: usize, name: String },
     #[error("stores[{index}].partitions is empty; leave it out to restore every partition")]
     NoPartitions { index: usize },
     #[error("stores[{index}].partitions: {partition} is negative")]
@@ -150,7 +258,7 @@ struct RawConfig {
     #[serde(default)]
     rocksdb: RocksDbOverrides,
     #[serde(default)]
-    stores: Vec<StoreConfig>,
+    stores: Vec<RawStore>,
 }
 
 #[derive(Deserialize, Default, schemars::JsonSchema)]
@@ -274,7 +382,12 @@ impl Config {
             }),
             restore,
             rocksdb: raw.rocksdb,
-            stores: raw.stores,
+            stores: raw
+                .stores
+                .into_iter()
+                .enumerate()
+                .map(|(index, store)| store.into_store(index))
+                .collect::<Result<_, _>>()?,
         };
         config.validate()?;
         Ok(config)
@@ -307,6 +420,16 @@ impl Config {
             }
             if store.changelog.trim().is_empty() {
                 return Err(P::NoChangelog { index });
+            }
+            if let Layout::KafkaStreams { application_id, .. } = &store.layout {
+                let shared = self
+                    .stores
+                    .iter()
+                    .any(|s| s.layout == Layout::Warmstore && &s.name == application_id);
+                if shared {
+                    let name = application_id.clone();
+                    return Err(P::ApplicationIdIsStoreName { index, name });
+                }
             }
             if let Some(partitions) = &store.partitions {
                 if partitions.is_empty() {
@@ -512,6 +635,62 @@ stores:
             .unwrap_err()
             .to_string()
             .contains("stores[0].name"));
+    }
+
+    #[test]
+    fn a_kafka_streams_store_lives_where_the_application_looks() {
+        let text = "kafka: {bootstrap.servers: x}\nstores:\n  - name: counts\n    layout: kafka-streams\n    application_id: wordcount\n    type: timestamped_key_value\n  - name: totals\n    layout: kafka-streams\n    application_id: wordcount\n    type: key_value\n    subtopology: 2\n    changelog: own-topic\n";
+        let c = Config::parse(text, None).unwrap();
+        assert_eq!(c.stores[0].changelog, "wordcount-counts-changelog");
+        assert_eq!(
+            c.stores[0].layout,
+            Layout::KafkaStreams {
+                application_id: "wordcount".into(),
+                subtopology: 0,
+                kind: StoreType::TimestampedKeyValue
+            }
+        );
+        assert_eq!(c.stores[1].changelog, "own-topic");
+        assert_eq!(
+            c.stores[1].layout,
+            Layout::KafkaStreams {
+                application_id: "wordcount".into(),
+                subtopology: 2,
+                kind: StoreType::KeyValue
+            }
+        );
+    }
+
+    #[test]
+    fn a_kafka_streams_store_names_what_it_lacks_and_what_does_not_belong() {
+        let store = |fields: &str| {
+            Config::parse(
+                &format!("kafka: {{bootstrap.servers: x}}\nstores:\n  - name: counts\n{fields}"),
+                None,
+            )
+            .unwrap_err()
+            .to_string()
+        };
+        let e = store("    layout: kafka-streams\n    type: key_value\n");
+        assert!(e.contains("stores[0].application_id is required"), "{e}");
+        let e = store("    layout: kafka-streams\n    application_id: a\n");
+        assert!(e.contains("stores[0].type is required"), "{e}");
+        let e = store("    changelog: t\n    type: key_value\n");
+        assert!(
+            e.contains("stores[0].type is only for `layout: kafka-streams`"),
+            "{e}"
+        );
+        let e =
+            store("    layout: kafka-streams\n    application_id: ../up\n    type: key_value\n");
+        assert!(e.contains("stores[0].application_id"), "{e}");
+        let e = store("    layout: kafka-streams\n    application_id: a\n    type: window\n");
+        assert!(e.contains("line"), "a YAML error names the line: {e}");
+        let e = store("    layout: streams\n");
+        assert!(e.contains("line"), "{e}");
+        let e = store("    changelog: t\n  - name: other\n    layout: kafka-streams\n    application_id: counts\n    type: key_value\n");
+        assert!(e.contains("stores[1].application_id"), "{e}");
+        let e = store("    partitions: [0]\n");
+        assert!(e.contains("stores[0].changelog"), "{e}");
     }
 
     #[test]

@@ -31,6 +31,16 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Restore every store until warm, close every store cleanly and exit 0: an init container
+    /// that warms an application's volume before it starts. Exits 1 when a store partition fails
+    /// or on --timeout.
+    Restore {
+        #[arg(long)]
+        config: PathBuf,
+        /// Give up after this long, as in 30s, 10m or 2h.
+        #[arg(long, value_parser = parse_timeout)]
+        timeout: Option<std::time::Duration>,
+    },
     /// The same service on an embedded broker: generate a changelog, restore it, print a summary.
     Demo(DemoArgs),
     /// Print a store's offsets, status, estimated keys and size as JSON; never changes the store.
@@ -71,6 +81,24 @@ fn run(config: Config) -> anyhow::Result<()> {
     })
 }
 
+fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
+    warmstore::units::parse_duration(text).map_err(|e| e.to_string())
+}
+
+/// Restores until warm, then closes every store as `run` does on SIGTERM.
+fn restore(config: Config, timeout: Option<std::time::Duration>) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        let service = Service::start(&config).await?;
+        let warm = service
+            .until_warm(config.restore.ready_max_lag, timeout, shutdown_signal())
+            .await;
+        service.stop().await;
+        warm?;
+        tracing::info!("every store is warm and closed cleanly");
+        anyhow::Ok(())
+    })
+}
+
 fn demo(args: DemoArgs) -> ExitCode {
     let result = runtime()
         .map_err(|e| DemoError::Failed(format!("{e:#}")))
@@ -86,6 +114,27 @@ fn demo(args: DemoArgs) -> ExitCode {
         }
         Err(DemoError::Failed(message)) => {
             eprintln!("error: {message}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn start_logging() {
+    warmstore::observe::logging::init("info");
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        kafka_client = %warmstore::kafka::consumers::librdkafka_build(),
+        "warmstore starting"
+    );
+}
+
+/// A runtime failure: logged, on stderr, exit 1.
+fn exit_code(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("error: {e:#}");
             ExitCode::from(1)
         }
     }
@@ -135,20 +184,16 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            warmstore::observe::logging::init("info");
-            tracing::info!(
-                version = env!("CARGO_PKG_VERSION"),
-                kafka_client = %warmstore::kafka::consumers::librdkafka_build(),
-                "warmstore starting"
-            );
-            match run(config) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    tracing::error!("{e:#}");
-                    eprintln!("error: {e:#}");
-                    ExitCode::from(1)
-                }
-            }
+            start_logging();
+            exit_code(run(config))
+        }
+        Command::Restore { config, timeout } => {
+            let config = match load_config(&config) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            start_logging();
+            exit_code(restore(config, timeout))
         }
         Command::Demo(args) => {
             warmstore::observe::logging::init("warn");

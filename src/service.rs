@@ -3,12 +3,13 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
 use crate::observe::http::{self, AppState};
-use crate::observe::status::Board;
+use crate::observe::status::{Board, NotReady, WarmUp};
 use crate::restore::{Engine, EngineError};
 
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +22,41 @@ pub enum ServiceError {
     #[error(transparent)]
     Engine(#[from] EngineError),
 }
+
+/// Why `warmstore restore` ends without warm stores.
+#[derive(Debug, thiserror::Error)]
+pub enum NotWarm {
+    #[error("{}", listed("failed", .0))]
+    Failed(Vec<NotReady>),
+    #[error("not warm after {}s: {}", .after.as_secs(), listed("still", .not_ready))]
+    TimedOut {
+        after: Duration,
+        not_ready: Vec<NotReady>,
+    },
+    #[error("stopped by a signal before every store was warm")]
+    Interrupted,
+}
+
+/// One line per partition (or store), for the error a one-shot restore exits with.
+fn listed(what: &str, not_ready: &[NotReady]) -> String {
+    let lines: Vec<String> = not_ready
+        .iter()
+        .map(|n| match (&n.topic, n.partition) {
+            (Some(topic), Some(partition)) => {
+                format!("store {} ({topic}-{partition}): {}", n.store, n.reason)
+            }
+            _ => format!("store {}: {}", n.store, n.reason),
+        })
+        .collect();
+    format!(
+        "{} store partition(s) {what}:\n  {}",
+        lines.len(),
+        lines.join("\n  ")
+    )
+}
+
+/// How often a one-shot restore looks at the board.
+const WARM_UP_LOOK_EVERY: Duration = Duration::from_millis(100);
 
 pub struct Service {
     engine: Engine,
@@ -59,6 +95,35 @@ impl Service {
             http_stop,
             http_task,
         })
+    }
+
+    /// Waits until every store partition is within `ready_max_lag` records of its end offset, as
+    /// `/readyz` judges it. Ends early when one fails (an init container should fail visibly, not
+    /// retry where the application cannot see it), on `timeout`, or when `interrupt` resolves.
+    pub async fn until_warm(
+        &self,
+        ready_max_lag: u64,
+        timeout: Option<Duration>,
+        interrupt: impl std::future::Future<Output = ()>,
+    ) -> Result<(), NotWarm> {
+        let started = Instant::now();
+        tokio::pin!(interrupt);
+        loop {
+            let readiness = self.board.readiness(ready_max_lag);
+            match readiness.warm_up() {
+                WarmUp::Warm => return Ok(()),
+                WarmUp::Failed(failed) => return Err(NotWarm::Failed(failed)),
+                WarmUp::Restoring => {}
+            }
+            if let Some(after) = timeout.filter(|t| started.elapsed() >= *t) {
+                let not_ready = readiness.not_ready;
+                return Err(NotWarm::TimedOut { after, not_ready });
+            }
+            tokio::select! {
+                _ = &mut interrupt => return Err(NotWarm::Interrupted),
+                _ = tokio::time::sleep(WARM_UP_LOOK_EVERY) => {}
+            }
+        }
     }
 
     /// Stops fetching, commits, flushes and closes every store, then stops the HTTP server.

@@ -3,7 +3,7 @@
 //! restore loop never waits for a reader.
 
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
@@ -217,6 +217,9 @@ pub struct PartitionSnapshot {
 #[derive(Debug, Default)]
 pub struct Board {
     partitions: RwLock<Vec<Arc<PartitionStatus>>>,
+    /// Stores whose partitions are not on the board yet: until they are, the process cannot be
+    /// ready, whatever the partitions already there say.
+    unresolved: Mutex<BTreeSet<String>>,
     store_errors: Mutex<BTreeMap<String, String>>,
     /// Set while no Kafka broker is reachable (from librdkafka's statistics).
     kafka_outage: Mutex<Option<String>>,
@@ -229,6 +232,20 @@ pub struct Board {
 }
 
 impl Board {
+    /// A configured store whose partitions are still to be learnt.
+    pub fn expect_store(&self, store: &str) {
+        if let Ok(mut unresolved) = self.unresolved.lock() {
+            unresolved.insert(store.to_string());
+        }
+    }
+
+    /// Every partition of `store` is on the board.
+    pub fn store_resolved(&self, store: &str) {
+        if let Ok(mut unresolved) = self.unresolved.lock() {
+            unresolved.remove(store);
+        }
+    }
+
     pub fn add(&self, status: Arc<PartitionStatus>) {
         if let Ok(mut partitions) = self.partitions.write() {
             partitions.push(status);
@@ -319,6 +336,9 @@ pub struct NotReady {
     pub topic: Option<String>,
     pub partition: Option<i32>,
     pub reason: String,
+    /// In state `failed` (as opposed to on its way): `warmstore restore` gives up on it.
+    #[serde(skip)]
+    pub failed: bool,
 }
 
 /// `/readyz`'s answer: ready when every assigned partition is within `ready_max_lag` records.
@@ -362,13 +382,31 @@ impl Board {
                 topic: None,
                 partition: None,
                 reason: format!("failed: {error}"),
+                failed: true,
             })
             .collect();
+        let unresolved = self
+            .unresolved
+            .lock()
+            .map(|u| u.clone())
+            .unwrap_or_default();
+        for store in unresolved {
+            if !not_ready.iter().any(|n| n.store == store) {
+                not_ready.push(NotReady {
+                    store,
+                    topic: None,
+                    partition: None,
+                    reason: "starting: asking Kafka for the changelog's partitions".into(),
+                    failed: false,
+                });
+            }
+        }
         let partitions = self.partitions();
         for status in &partitions {
             let snapshot = status.snapshot();
             if let Some(reason) = not_ready_reason(&snapshot, ready_max_lag) {
                 not_ready.push(NotReady {
+                    failed: snapshot.state == PartitionState::Failed,
                     store: snapshot.store,
                     topic: Some(snapshot.topic),
                     partition: Some(snapshot.partition),
@@ -382,11 +420,42 @@ impl Board {
                 topic: None,
                 partition: None,
                 reason: "starting: no store partition assigned yet".into(),
+                failed: false,
             });
         }
         Readiness {
             ready: not_ready.is_empty(),
             not_ready,
+        }
+    }
+}
+
+/// Where a one-shot restore (`warmstore restore`) stands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WarmUp {
+    /// Every store partition is within `ready_max_lag`: close and exit.
+    Warm,
+    /// Still restoring, opening or starting.
+    Restoring,
+    /// These are `failed`: an init container exits non-zero rather than hide a failure behind
+    /// a retry the application cannot see.
+    Failed(Vec<NotReady>),
+}
+
+impl Readiness {
+    pub fn warm_up(&self) -> WarmUp {
+        let failed: Vec<NotReady> = self
+            .not_ready
+            .iter()
+            .filter(|n| n.failed)
+            .cloned()
+            .collect();
+        if !failed.is_empty() {
+            WarmUp::Failed(failed)
+        } else if self.ready {
+            WarmUp::Warm
+        } else {
+            WarmUp::Restoring
         }
     }
 }
@@ -445,5 +514,58 @@ mod tests {
         let r = board.readiness(10);
         assert!(!r.ready);
         assert_eq!(r.not_ready[0].store, "other");
+    }
+
+    fn caught_up(board: &Board, store: &str) -> Arc<PartitionStatus> {
+        let status = Arc::new(PartitionStatus::new(store, "t", 0, PathBuf::from("/x")));
+        status.position.store(5, Relaxed);
+        status.end_offset.store(5, Relaxed);
+        status.set_state(PartitionState::CaughtUp, None);
+        board.add(status.clone());
+        status
+    }
+
+    #[test]
+    fn a_store_whose_partitions_are_not_known_yet_keeps_the_process_unready() {
+        let board = Board::default();
+        board.expect_store("a");
+        board.expect_store("b");
+        caught_up(&board, "a");
+        board.store_resolved("a");
+        let r = board.readiness(10);
+        assert!(!r.ready, "store b has no partition on the board yet");
+        assert_eq!(r.not_ready.len(), 1);
+        assert_eq!(r.not_ready[0].store, "b");
+        assert_eq!(r.warm_up(), WarmUp::Restoring);
+        caught_up(&board, "b");
+        board.store_resolved("b");
+        assert!(board.readiness(10).ready);
+        assert_eq!(board.readiness(10).warm_up(), WarmUp::Warm);
+    }
+
+    #[test]
+    fn a_one_shot_restore_gives_up_on_a_failed_partition_or_store() {
+        let board = Board::default();
+        board.expect_store("a");
+        let status = caught_up(&board, "a");
+        board.store_resolved("a");
+        let lagging = Arc::new(PartitionStatus::new("a", "t", 1, PathBuf::from("/y")));
+        lagging.position.store(0, Relaxed);
+        lagging.end_offset.store(50, Relaxed);
+        lagging.set_state(PartitionState::Restoring, None);
+        board.add(lagging);
+        assert_eq!(board.readiness(10).warm_up(), WarmUp::Restoring);
+        status.set_state(PartitionState::Failed, Some("disk full".into()));
+        match board.readiness(10).warm_up() {
+            WarmUp::Failed(failed) => {
+                assert_eq!(failed.len(), 1);
+                assert_eq!(failed[0].partition, Some(0));
+                assert!(failed[0].reason.contains("disk full"), "{:?}", failed[0]);
+            }
+            other => panic!("expected a failure, got {other:?}"),
+        }
+        status.set_state(PartitionState::CaughtUp, None);
+        board.set_store_error("a", Some("topic gone".into()));
+        assert!(matches!(board.readiness(10).warm_up(), WarmUp::Failed(_)));
     }
 }

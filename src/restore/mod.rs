@@ -84,6 +84,9 @@ impl Engine {
         }
 
         for store in &config.stores {
+            board.expect_store(&store.name);
+        }
+        for store in &config.stores {
             let setup = StoreSetup {
                 store: store.clone(),
                 config: config.clone(),
@@ -154,7 +157,12 @@ impl StoreSetup {
         };
         for partition in partitions {
             let tp = TopicPartition::new(&self.store.changelog, partition);
-            let paths = StorePaths::new(&self.config.state_dir, &self.store.name, partition);
+            let paths = StorePaths::for_layout(
+                &self.config.state_dir,
+                &self.store.layout,
+                &self.store.name,
+                partition,
+            );
             let status = Arc::new(PartitionStatus::new(
                 &self.store.name,
                 &tp.topic,
@@ -198,6 +206,7 @@ impl StoreSetup {
             self.tasks
                 .spawn(format!("{}-{partition}", self.store.name), worker.run());
         }
+        self.board.store_resolved(&self.store.name);
         self.check_descriptors();
     }
 

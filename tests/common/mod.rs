@@ -97,7 +97,22 @@ impl Broker {
 
     /// Produces one record and waits for it, so offsets follow the order of calls.
     pub fn send(&mut self, topic: &str, partition: i32, key: Option<&[u8]>, value: Option<&[u8]>) {
+        self.send_at(topic, partition, key, value, None)
+    }
+
+    /// `send` with the record's timestamp set (milliseconds), or the producer's clock for `None`.
+    pub fn send_at(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        timestamp: Option<i64>,
+    ) {
         let mut record = BaseRecord::<[u8], [u8]>::to(topic).partition(partition);
+        if let Some(timestamp) = timestamp {
+            record = record.timestamp(timestamp);
+        }
         if let Some(k) = key {
             record = record.key(k);
         }
@@ -377,11 +392,7 @@ pub fn runtime() -> tokio::runtime::Runtime {
 }
 
 pub fn store(name: &str, topic: &str, partitions: Option<Vec<i32>>) -> StoreConfig {
-    StoreConfig {
-        name: name.into(),
-        changelog: topic.into(),
-        partitions,
-    }
+    StoreConfig::new(name, topic, partitions)
 }
 
 /// A service config for in-process tests: any free port, quick commits, ready only at lag 0.
