@@ -519,6 +519,41 @@ fn every_render_passes_strict_kubernetes_validation() {
     assert!(!kubernetes_validate("1.31.0", &file).status.success());
 }
 
+/// docs/kafka-streams.md's worked example: valid Kubernetes, and a config warmstore accepts.
+#[test]
+fn the_kafka_streams_init_container_example_is_valid() {
+    let path = repo("deploy/examples/kafka-streams-init-container.yaml");
+    let out = kubernetes_validate("1.31.0", &path);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    let config_map = serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| <serde_yaml::Value as serde::Deserialize>::deserialize(doc).unwrap())
+        .find(|doc| doc["kind"] == "ConfigMap")
+        .expect("the example has a ConfigMap");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("warmstore.yaml");
+    std::fs::write(
+        &config,
+        config_map["data"]["warmstore.yaml"].as_str().unwrap(),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_warmstore"))
+        .args(["check-config", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn kubernetes_validate(kube: &str, file: &Path) -> std::process::Output {
     Command::new("kubernetes-validate")
         .args(["--strict", "--quiet", "-k", kube])

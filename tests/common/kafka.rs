@@ -299,8 +299,14 @@ fn leaders(topic: &rdkafka::metadata::MetadataTopic) -> Option<usize> {
 
 /// The broker's classpath, resolved by Maven once and kept beside the build.
 fn classpath() -> String {
-    let pom = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kafka/pom.xml");
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kafka-broker.classpath");
+    maven_classpath("tests/kafka/pom.xml", "kafka-broker")
+}
+
+/// The classpath of the project `pom` (relative to the repository) describes, resolved by Maven
+/// once and kept beside the build as `<name>.classpath`.
+pub fn maven_classpath(pom: &str, name: &str) -> String {
+    let pom = Path::new(env!("CARGO_MANIFEST_DIR")).join(pom);
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.classpath"));
     let fresh = std::fs::read_to_string(&out).ok().filter(|cp| {
         let newer = |a: &Path, b: &Path| -> bool {
             let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
@@ -318,7 +324,11 @@ fn classpath() -> String {
         .arg(format!("-Dmdep.outputFile={}", out.display()))
         .status()
         .expect("mvn runs (Maven; ./x test installs it)");
-    assert!(status.success(), "Maven could not resolve the Kafka broker");
+    assert!(
+        status.success(),
+        "Maven could not resolve {}",
+        pom.display()
+    );
     std::fs::read_to_string(&out).unwrap().trim().to_string()
 }
 
