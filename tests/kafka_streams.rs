@@ -165,7 +165,20 @@ struct AppRun {
 
 /// Starts the application on `state_dir`, waits for it to print and close, and parses its output.
 fn run_app(app: &App, state_dir: &Path, guarantee: &str) -> AppRun {
-    let classpath = maven_classpath("tests/kafka-streams/pom.xml", "kafka-streams-app");
+    run_app_on(KAFKA_STREAMS, app, state_dir, guarantee)
+}
+
+/// The Kafka Streams version of the pom, and the last one that reads offsets from `.checkpoint`.
+const KAFKA_STREAMS: &str = "4.3.2";
+const KAFKA_STREAMS_LEGACY: &str = "4.2.2";
+
+/// `run_app` on another Kafka Streams version.
+fn run_app_on(version: &str, app: &App, state_dir: &Path, guarantee: &str) -> AppRun {
+    let classpath = maven_classpath(
+        "tests/kafka-streams/pom.xml",
+        &format!("kafka-streams-{version}"),
+        &[("kafka.streams.version", version)],
+    );
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kafka-streams/WarmApp.java");
     let log = state_dir.with_extension("app.log");
     let mut child = Command::new("java")
@@ -393,4 +406,67 @@ fn kafka_streams_opens_what_warmstore_warmed() {
 #[test]
 fn kafka_streams_opens_it_under_exactly_once_without_a_wipe() {
     warm_then_open("exactly_once_v2");
+}
+
+/// An export for Kafka Streams 4.2, which has no `offsets` column family: the copy drops it, and
+/// the task's `.checkpoint` carries the offsets, byte for byte as Kafka Streams writes it. Kafka
+/// Streams 4.2 then starts on it and restores only the newer records.
+#[test]
+fn an_export_for_4_2_opens_from_its_checkpoint_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = App::new("export-legacy");
+    app.produce(300, 1);
+    let config = app.config(dir.path());
+    warmstore_restore(&config);
+    let legacy = dir.path().join("legacy");
+    let out = Command::new(env!("CARGO_BIN_EXE_warmstore"))
+        .args(["export", "--kafka-streams-version", "4.2", "--to"])
+        .arg(&legacy)
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let exported: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(exported.as_array().unwrap().len(), 2 * PARTITIONS as usize);
+    for partition in 0..PARTITIONS {
+        let task = legacy.join(&app.id).join(format!("0_{partition}"));
+        let last = |store: &str| app.records(store, partition).len() - 1;
+        let expected = format!(
+            "0\n2\n{} {partition} {}\n{} {partition} {}\n",
+            app.changelog(KV_STORE),
+            last(KV_STORE),
+            app.changelog(TS_STORE),
+            last(TS_STORE)
+        );
+        assert_eq!(
+            std::fs::read_to_string(task.join(".checkpoint")).unwrap(),
+            expected
+        );
+        for (store, families) in [
+            (TS_STORE, vec!["default", "keyValueWithTimestamp"]),
+            (KV_STORE, vec!["default"]),
+        ] {
+            let db = task.join("rocksdb").join(store);
+            let mut found = rocksdb::DB::list_cf(&rocksdb::Options::default(), &db).unwrap();
+            found.sort();
+            assert_eq!(found, families, "{}", db.display());
+        }
+    }
+    let warmed = [app.produced(TS_STORE), app.produced(KV_STORE)];
+    app.produce(40, 2);
+    let run = run_app_on(KAFKA_STREAMS_LEGACY, &app, &legacy, "at_least_once");
+    assert_eq!(
+        run.restored[TS_STORE],
+        (app.produced(TS_STORE) - warmed[0]) as u64
+    );
+    assert_eq!(
+        run.restored[KV_STORE],
+        (app.produced(KV_STORE) - warmed[1]) as u64
+    );
+    assert_eq!(run.plain, queried_model(&app, KV_STORE));
 }

@@ -144,6 +144,39 @@ impl StorePaths {
     }
 }
 
+/// The partitions of `store` that have a store directory under `state_dir`, in `layout`.
+pub fn partitions_on_disk(state_dir: &Path, layout: &Layout, store: &str) -> Vec<i32> {
+    let (parent, subtopology) = match layout {
+        Layout::Warmstore => (state_dir.join(store), None),
+        Layout::KafkaStreams {
+            application_id,
+            subtopology,
+            ..
+        } => (state_dir.join(application_id), Some(*subtopology)),
+    };
+    let Ok(entries) = std::fs::read_dir(&parent) else {
+        return Vec::new();
+    };
+    let mut partitions: Vec<i32> = entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let partition = match subtopology {
+                None => name.parse().ok()?,
+                Some(sub) => {
+                    let (task_sub, partition) = name.split_once('_')?;
+                    (task_sub.parse::<u32>().ok()? == sub).then_some(())?;
+                    partition.parse().ok()?
+                }
+            };
+            let paths = StorePaths::for_layout(state_dir, layout, store, partition);
+            paths.db.is_dir().then_some(partition)
+        })
+        .collect();
+    partitions.sort_unstable();
+    partitions
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,6 +208,37 @@ mod tests {
             Path::new("/state/wordcount/0_3/rocksdb/counts.warmstore-wiping")
         );
         assert_eq!(p.kind, StoreType::TimestampedKeyValue);
+    }
+
+    #[test]
+    fn partitions_on_disk_are_the_store_directories_of_the_layout() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::KafkaStreams {
+            application_id: "app".into(),
+            subtopology: 1,
+            kind: StoreType::KeyValue,
+        };
+        for (task, store) in [("1_0", "s"), ("1_2", "s"), ("0_1", "s"), ("1_3", "other")] {
+            std::fs::create_dir_all(
+                dir.path()
+                    .join("app")
+                    .join(task)
+                    .join("rocksdb")
+                    .join(store),
+            )
+            .unwrap();
+        }
+        std::fs::write(dir.path().join("app/.lock"), b"").unwrap();
+        assert_eq!(partitions_on_disk(dir.path(), &layout, "s"), [0, 2]);
+        for partition in ["0", "5", "x"] {
+            std::fs::create_dir_all(dir.path().join("w").join(partition)).unwrap();
+        }
+        std::fs::write(dir.path().join("w/0.lock"), b"").unwrap();
+        assert_eq!(
+            partitions_on_disk(dir.path(), &Layout::Warmstore, "w"),
+            [0, 5]
+        );
+        assert!(partitions_on_disk(dir.path(), &Layout::Warmstore, "none").is_empty());
     }
 
     #[test]

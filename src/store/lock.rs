@@ -59,8 +59,14 @@ impl StoreLock {
 
 /// The pid of another process that holds RocksDB's `fcntl` lock on `<db_dir>/LOCK`, if any.
 pub fn rocksdb_lock_holder(db_dir: &Path) -> std::io::Result<Option<i32>> {
+    fcntl_lock_holder(&db_dir.join("LOCK"))
+}
+
+/// The pid of another process that holds an `fcntl` lock on `path` (as Java's `FileChannel`
+/// locks and RocksDB's `LOCK` are), if any.
+pub fn fcntl_lock_holder(path: &Path) -> std::io::Result<Option<i32>> {
     use std::os::fd::AsRawFd;
-    let file = match File::open(db_dir.join("LOCK")) {
+    let file = match File::open(path) {
         Ok(file) => file,
         // No database here (or a file where its directory should be): nothing holds it, and
         // the dirty rules judge what is there.

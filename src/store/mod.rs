@@ -5,6 +5,7 @@
 
 pub mod descriptors;
 pub mod dirty;
+pub mod export;
 pub mod format;
 pub mod layout;
 pub mod lock;

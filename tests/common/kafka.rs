@@ -299,12 +299,12 @@ fn leaders(topic: &rdkafka::metadata::MetadataTopic) -> Option<usize> {
 
 /// The broker's classpath, resolved by Maven once and kept beside the build.
 fn classpath() -> String {
-    maven_classpath("tests/kafka/pom.xml", "kafka-broker")
+    maven_classpath("tests/kafka/pom.xml", "kafka-broker", &[])
 }
 
-/// The classpath of the project `pom` (relative to the repository) describes, resolved by Maven
-/// once and kept beside the build as `<name>.classpath`.
-pub fn maven_classpath(pom: &str, name: &str) -> String {
+/// The classpath of the project `pom` (relative to the repository) describes with `properties`
+/// set, resolved by Maven once and kept beside the build as `<name>.classpath`.
+pub fn maven_classpath(pom: &str, name: &str, properties: &[(&str, &str)]) -> String {
     let pom = Path::new(env!("CARGO_MANIFEST_DIR")).join(pom);
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.classpath"));
     let fresh = std::fs::read_to_string(&out).ok().filter(|cp| {
@@ -322,6 +322,7 @@ pub fn maven_classpath(pom: &str, name: &str) -> String {
         .arg(&pom)
         .arg("org.apache.maven.plugins:maven-dependency-plugin:3.8.1:build-classpath")
         .arg(format!("-Dmdep.outputFile={}", out.display()))
+        .args(properties.iter().map(|(k, v)| format!("-D{k}={v}")))
         .status()
         .expect("mvn runs (Maven; ./x test installs it)");
     assert!(
