@@ -312,6 +312,97 @@ fn assert_stores_match(state_dir: &Path, app: &App) {
     }
 }
 
+/// What an independent reader, rocksdict (RocksDB's Python binding from PyPI), sees in one store
+/// partition: its column families and each family's entries.
+fn read_with_python(dir: &Path) -> (Vec<String>, BTreeMap<String, State>) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/read_store.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(dir)
+        .output()
+        .expect("python3 runs (./x test puts rocksdict in target/test-venv)");
+    assert!(
+        out.status.success(),
+        "rocksdict cannot read {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let families = json["families"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_string())
+        .collect();
+    let hex = |v: &serde_json::Value| -> Vec<u8> {
+        let text = v.as_str().unwrap();
+        (0..text.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+            .collect()
+    };
+    let data = json["data"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(family, entries)| {
+            let entries = entries
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|pair| (hex(&pair[0]), hex(&pair[1])))
+                .collect();
+            (family.clone(), entries)
+        })
+        .collect();
+    (families, data)
+}
+
+/// rocksdict lists exactly Kafka Streams' column families and reads the model, the offsets and
+/// the status, as warmstore's own reader does.
+fn assert_python_reads_the_model(state_dir: &Path, app: &App) {
+    for partition in 0..PARTITIONS {
+        for (store, families, data_family, model) in [
+            (
+                TS_STORE,
+                vec!["default", "keyValueWithTimestamp", "offsets"],
+                "keyValueWithTimestamp",
+                app.timestamped_model(TS_STORE, partition),
+            ),
+            (
+                KV_STORE,
+                vec!["default", "offsets"],
+                "default",
+                app.model(KV_STORE, partition),
+            ),
+        ] {
+            let dir = state_dir
+                .join(&app.id)
+                .join(format!("0_{partition}"))
+                .join("rocksdb")
+                .join(store);
+            let (found, data) = read_with_python(&dir);
+            assert_eq!(found, families, "{}", dir.display());
+            assert_eq!(
+                data[data_family], model,
+                "{store} {partition} read by rocksdict"
+            );
+            let last = app.records(store, partition).len() as i64 - 1;
+            let offsets = State::from([
+                (
+                    format!("{}-{partition}", app.changelog(store)).into_bytes(),
+                    last.to_be_bytes().to_vec(),
+                ),
+                (b"status".to_vec(), 0i64.to_be_bytes().to_vec()),
+            ]);
+            assert_eq!(
+                data["offsets"], offsets,
+                "{store} {partition} offsets read by rocksdict"
+            );
+        }
+    }
+}
+
 /// The union of every partition's model, as the application's queries print it.
 fn queried_model(app: &App, store: &str) -> BTreeMap<String, String> {
     let text = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
@@ -330,6 +421,7 @@ fn warm_then_open(guarantee: &str) {
 
     warmstore_restore(&config);
     assert_stores_match(&state_dir, &app);
+    assert_python_reads_the_model(&state_dir, &app);
     let task_dir = state_dir.join(&app.id).join("0_0");
     let mut in_task: Vec<String> = std::fs::read_dir(&task_dir)
         .unwrap()
