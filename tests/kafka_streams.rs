@@ -10,7 +10,7 @@ use common::kafka::{kafka, maven_classpath};
 use common::{fold, Broker, Record, State};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use warmstore::store::format::decode_i64;
@@ -181,13 +181,16 @@ fn run_app_on(version: &str, app: &App, state_dir: &Path, guarantee: &str) -> Ap
     );
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kafka-streams/WarmApp.java");
     let log = state_dir.with_extension("app.log");
+    // A file, not a pipe: the application prints every entry of its stores, which would fill a
+    // pipe read only after it exits.
+    let printed = state_dir.with_extension("app.out");
     let mut child = Command::new("java")
         .arg("-cp")
         .arg(&classpath)
         .arg(&source)
         .args([&app.broker.bootstrap, &state_dir.display().to_string()])
         .args([&app.id, guarantee, &app.input])
-        .stdout(Stdio::piped())
+        .stdout(std::fs::File::create(&printed).unwrap())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .expect("java runs (./x test installs a JDK)");
@@ -205,8 +208,7 @@ fn run_app_on(version: &str, app: &App, state_dir: &Path, guarantee: &str) -> Ap
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    let mut stdout = String::new();
-    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+    let stdout = std::fs::read_to_string(&printed).unwrap();
     assert!(
         status.success(),
         "the Kafka Streams application failed ({status}):\n{stdout}\n{}",
@@ -415,7 +417,13 @@ fn queried_model(app: &App, store: &str) -> BTreeMap<String, String> {
 fn warm_then_open(guarantee: &str) {
     let dir = tempfile::tempdir().unwrap();
     let mut app = App::new(&format!("warm-{}", guarantee.replace('_', "-")));
-    app.produce(400, 1);
+    // Records per partition of each changelog before the warm-up; WARMSTORE_KS_RECORDS sizes a
+    // measurement of warm against cold starts (the figures this test prints).
+    let records = std::env::var("WARMSTORE_KS_RECORDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(400);
+    app.produce(records, 1);
     let config = app.config(dir.path());
     let state_dir = dir.path().join("state");
 
