@@ -9,6 +9,7 @@
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use super::StoreError;
 
@@ -33,7 +34,7 @@ impl StoreLock {
             .truncate(false)
             .open(lock_path)
             .map_err(io)?;
-        match file.try_lock() {
+        match try_lock_awhile(&file) {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
                 let mut holder = String::new();
@@ -54,6 +55,24 @@ impl StoreLock {
         file.seek(SeekFrom::Start(0)).map_err(io)?;
         write!(file, "pid {}", std::process::id()).map_err(io)?;
         Ok(StoreLock { _file: file })
+    }
+}
+
+/// How long a lock held by someone else may take to come free before the store counts as locked.
+const LOCK_PATIENCE: Duration = Duration::from_millis(200);
+
+/// `try_lock`, tried again for a short while. A `flock` belongs to the open file, which a process
+/// started at that moment shares until it executes its program: a store closed and reopened
+/// while another thread starts a process can find its own lock still held for that instant.
+fn try_lock_awhile(file: &File) -> Result<(), TryLockError> {
+    let started = Instant::now();
+    loop {
+        match file.try_lock() {
+            Err(TryLockError::WouldBlock) if started.elapsed() < LOCK_PATIENCE => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            other => return other,
+        }
     }
 }
 
