@@ -3,12 +3,10 @@
 
 mod common;
 
-use common::{free_port, http_get, read_store, wait_until, write_config, Broker};
-use rdkafka::config::ClientConfig;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use std::collections::BTreeMap;
+use common::background::{producer, Running};
+use common::{fold, free_port, http_get, read_store, wait_until, write_config, Broker};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,29 +14,6 @@ use warmstore::testkit::Rng;
 
 const TOPIC: &str = "killed";
 const PARTITIONS: i32 = 3;
-
-/// A running `warmstore run`, killed if a failing test unwinds past it, so nothing outlives the test.
-struct Running(Child);
-
-impl std::ops::Deref for Running {
-    type Target = Child;
-    fn deref(&self) -> &Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Running {
-    fn deref_mut(&mut self) -> &mut Child {
-        &mut self.0
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn start(config: &Path, log: &Path) -> Running {
     let child = Command::new(env!("CARGO_BIN_EXE_warmstore"))
@@ -55,54 +30,6 @@ fn start(config: &Path, log: &Path) -> Running {
         .spawn()
         .expect("warmstore starts");
     Running(child)
-}
-
-type Log = Vec<Vec<(Vec<u8>, Option<Vec<u8>>)>>;
-
-/// Produces until stopped, one record at a time per partition in turn; returns what it wrote.
-fn producer(bootstrap: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Log> {
-    std::thread::spawn(move || {
-        let producer: BaseProducer = ClientConfig::new()
-            .set("bootstrap.servers", &bootstrap)
-            .set("linger.ms", "5")
-            .create()
-            .unwrap();
-        let mut rng = Rng::new(99);
-        let mut log: Log = vec![Vec::new(); PARTITIONS as usize];
-        while !stop.load(Relaxed) {
-            // Bursts, so the mock broker stores batches of many records, as a real producer does.
-            for _ in 0..20 {
-                for p in 0..PARTITIONS {
-                    let key = format!("k{:04}", rng.below(400)).into_bytes();
-                    let value =
-                        (rng.below(10) > 0).then(|| format!("v{}", rng.next_u64()).into_bytes());
-                    let mut record = BaseRecord::<[u8], [u8]>::to(TOPIC)
-                        .partition(p)
-                        .key(&key[..]);
-                    if let Some(v) = &value {
-                        record = record.payload(&v[..]);
-                    }
-                    if producer.send(record).is_ok() {
-                        log[p as usize].push((key, value));
-                    }
-                }
-            }
-            producer.poll(Duration::from_millis(20));
-        }
-        producer.flush(Duration::from_secs(30)).unwrap();
-        log
-    })
-}
-
-fn model(records: &[(Vec<u8>, Option<Vec<u8>>)]) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    let mut state = BTreeMap::new();
-    for (k, v) in records {
-        match v {
-            Some(v) => state.insert(k.clone(), v.clone()),
-            None => state.remove(k),
-        };
-    }
-    state
 }
 
 fn sigterm_and_wait(mut child: Running) -> Option<i32> {
@@ -138,7 +65,14 @@ fn sigkill_during_restore_and_tailing_loses_nothing() {
     let log_file = dir.path().join("warmstore.log");
 
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = producer(broker.bootstrap.clone(), stop.clone());
+    let writer = producer(
+        broker.bootstrap.clone(),
+        TOPIC,
+        PARTITIONS,
+        400,
+        99,
+        stop.clone(),
+    );
     // 10 kills in CI; WARMSTORE_KILLS=100 for the long run in RELIABILITY.md.
     let kills: usize = std::env::var("WARMSTORE_KILLS")
         .ok()
@@ -178,7 +112,7 @@ fn sigkill_during_restore_and_tailing_loses_nothing() {
     for p in 0..PARTITIONS {
         let (applied, data) = read_store(&dir.path().join("state"), "s", TOPIC, p);
         let records = &log[p as usize];
-        if applied != Some(records.len() as i64 - 1) || data != model(records) {
+        if applied != Some(records.len() as i64 - 1) || data != fold(records.iter()) {
             divergences += 1;
         }
     }

@@ -4,13 +4,11 @@
 
 mod common;
 
-use common::{fold, write_config, Broker, State};
+use common::{fold, read_timestamped_store, write_config, Broker, State, TimestampedStore};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use warmstore::store::format::decode_i64;
-use warmstore::store::open_read_only;
 use warmstore::testkit::Rng;
 
 const TOPIC: &str = "app-counts-changelog";
@@ -58,29 +56,12 @@ fn the_timeout_exits_1_listing_what_is_not_warm() {
     assert!(log.contains("store slow"), "{log}");
 }
 
-/// The store partition's data (timestamps stripped off) and applied offset, when it exists yet.
-fn on_disk(state_dir: &Path, partition: i32) -> Option<(Option<i64>, Option<i64>, State)> {
+/// The store partition (timestamps included), when it exists yet.
+fn on_disk(state_dir: &Path, partition: i32) -> Option<TimestampedStore> {
     let dir = store_dir(state_dir, partition);
-    if !dir.join("CURRENT").exists() {
-        return None;
-    }
-    let db = open_read_only(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    let offsets = db.cf_handle("offsets").unwrap();
-    let read = |key: &[u8]| {
-        db.get_cf(offsets, key)
-            .unwrap()
-            .and_then(|v| decode_i64(&v))
-    };
-    let applied = read(format!("{TOPIC}-{partition}").as_bytes());
-    let data = db.cf_handle("keyValueWithTimestamp").unwrap();
-    let state = db
-        .iterator_cf(data, rocksdb::IteratorMode::Start)
-        .map(|item| {
-            let (k, v) = item.unwrap();
-            (k.to_vec(), v.to_vec())
-        })
-        .collect();
-    Some((applied, read(b"status"), state))
+    dir.join("CURRENT")
+        .exists()
+        .then(|| read_timestamped_store(&dir, TOPIC, partition))
 }
 
 fn store_dir(state_dir: &Path, partition: i32) -> PathBuf {
@@ -152,7 +133,12 @@ fn sigkill_at_random_moments_resumes_and_ends_equal_to_the_model() {
         child.wait().unwrap();
         kills += 1;
         for partition in 0..PARTITIONS {
-            let Some((applied, _, state)) = on_disk(&state_dir, partition) else {
+            let Some(TimestampedStore {
+                applied,
+                data: state,
+                ..
+            }) = on_disk(&state_dir, partition)
+            else {
                 continue;
             };
             let count = applied.map_or(0, |a| a as usize + 1);
@@ -175,10 +161,13 @@ fn sigkill_at_random_moments_resumes_and_ends_equal_to_the_model() {
     let out = restore(&config, &["--timeout", "120s"]);
     assert!(out.status.success(), "{}", stderr(&out));
     for partition in 0..PARTITIONS {
-        let (applied, status, state) = on_disk(&state_dir, partition).expect("the store exists");
-        assert_eq!(applied, Some(per_partition as i64 - 1));
-        assert_eq!(status, Some(0), "closed cleanly");
-        assert_eq!(state, timestamped_model(&broker, partition, per_partition));
+        let store = on_disk(&state_dir, partition).expect("the store exists");
+        assert_eq!(store.applied, Some(per_partition as i64 - 1));
+        assert_eq!(store.status, Some(0), "closed cleanly");
+        assert_eq!(
+            store.data,
+            timestamped_model(&broker, partition, per_partition)
+        );
     }
     println!(
         "warmstore restore: {kills} kills; {stored} times a killed partition had an offset stored"

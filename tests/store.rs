@@ -576,66 +576,6 @@ fn a_second_process_gets_a_clear_lock_error() {
     );
 }
 
-/// A Kafka Streams application with the store open holds RocksDB's `fcntl` lock on `LOCK`
-/// (here a Python process takes the same lock). RocksDB's own open would fail like a damaged
-/// store; the store must be refused, naming the holder, and keep its contents.
-#[test]
-fn a_store_another_program_has_open_is_refused_and_kept() {
-    let dir = tempfile::tempdir().unwrap();
-    closed_store(dir.path());
-    let lock_file = paths(dir.path()).db.join("LOCK");
-    let mut holder = Command::new("python3")
-        .args([
-            "-c",
-            "import fcntl, sys\n\
-             f = open(sys.argv[1], 'r+')\n\
-             fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n\
-             print('locked', flush=True)\n\
-             sys.stdin.read()",
-        ])
-        .arg(&lock_file)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3 runs");
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert_eq!(line.trim(), "locked");
-    let result = Store::open(
-        paths(dir.path()),
-        tp(),
-        &StoreOptions::default(),
-        UncleanPolicy::Resume,
-        None,
-    );
-    drop(holder.stdin.take());
-    holder.wait().unwrap();
-    match result {
-        Err(e @ StoreError::Locked { .. }) => {
-            assert!(
-                e.to_string().contains(&format!("pid {}", holder.id())),
-                "{e}"
-            )
-        }
-        Err(other) => panic!("expected a lock error, got {other}"),
-        Ok((_, outcome)) => panic!("the store was opened under another program: {outcome:?}"),
-    }
-    let (store, outcome) = open(dir.path());
-    assert_eq!(
-        outcome,
-        OpenOutcome::Resumed {
-            applied: 42,
-            unclean: false
-        }
-    );
-    assert_eq!(store.get(b"apple").unwrap(), Some(b"1".to_vec()));
-    assert_eq!(store.get(b"plum").unwrap(), Some(b"3".to_vec()));
-}
-
 fn listing(dir: &Path) -> Vec<(PathBuf, u64, std::time::SystemTime)> {
     let mut files: Vec<_> = fs::read_dir(dir)
         .unwrap()

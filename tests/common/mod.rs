@@ -3,6 +3,7 @@
 //! must hold, and small helpers.
 #![allow(dead_code)]
 
+pub mod background;
 pub mod kafka;
 pub mod proxy;
 
@@ -251,6 +252,37 @@ pub fn read_store(
         })
         .collect();
     (applied, data)
+}
+
+/// A timestamped store as any RocksDB reader sees it: the applied offset of `topic`-`partition`,
+/// the status, and the entries of `keyValueWithTimestamp` (timestamps included).
+pub struct TimestampedStore {
+    pub applied: Option<i64>,
+    pub status: Option<i64>,
+    pub data: State,
+}
+
+pub fn read_timestamped_store(dir: &Path, topic: &str, partition: i32) -> TimestampedStore {
+    let db = open_read_only(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let offsets = db.cf_handle("offsets").unwrap();
+    let read = |key: &[u8]| {
+        db.get_cf(offsets, key)
+            .unwrap()
+            .and_then(|v| decode_i64(&v))
+    };
+    let family = db.cf_handle("keyValueWithTimestamp").unwrap();
+    let data = db
+        .iterator_cf(family, rocksdb::IteratorMode::Start)
+        .map(|item| {
+            let (k, v) = item.unwrap();
+            (k.to_vec(), v.to_vec())
+        })
+        .collect();
+    TimestampedStore {
+        applied: read(format!("{topic}-{partition}").as_bytes()),
+        status: read(b"status"),
+        data,
+    }
 }
 
 /// The `compression=` settings of a store's newest OPTIONS file, one per column family: the codec

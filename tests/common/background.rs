@@ -1,0 +1,133 @@
+//! Processes and threads a test runs beside the one under test: a producer that keeps writing,
+//! a child process killed if the test unwinds, and a process holding an `fcntl` lock as a running
+//! Kafka Streams application holds its `.lock` files.
+
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use std::io::BufRead;
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::Record;
+use warmstore::testkit::Rng;
+
+/// A child process (`warmstore run`, say), killed if a failing test unwinds past it, so nothing
+/// outlives the test.
+pub struct Running(pub Child);
+
+impl std::ops::Deref for Running {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Produces to `partitions` partitions of `topic` until `stop`, in bursts (so the broker stores
+/// batches of many records, as from a real producer) over `keys` keys with one record in ten a
+/// tombstone. Returns what it wrote per partition, in offset order.
+pub fn producer(
+    bootstrap: String,
+    topic: &'static str,
+    partitions: i32,
+    keys: u64,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<Vec<Vec<Record>>> {
+    std::thread::spawn(move || {
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .set("linger.ms", "5")
+            .create()
+            .unwrap();
+        let mut rng = Rng::new(seed);
+        let mut log = vec![Vec::new(); partitions as usize];
+        while !stop.load(Relaxed) {
+            for _ in 0..20 {
+                for p in 0..partitions {
+                    let key = format!("k{:04}", rng.below(keys)).into_bytes();
+                    let value =
+                        (rng.below(10) > 0).then(|| format!("v{}", rng.next_u64()).into_bytes());
+                    let mut record = BaseRecord::<[u8], [u8]>::to(topic)
+                        .partition(p)
+                        .key(&key[..]);
+                    if let Some(v) = &value {
+                        record = record.payload(&v[..]);
+                    }
+                    if producer.send(record).is_ok() {
+                        log[p as usize].push((Some(key), value));
+                    }
+                }
+            }
+            producer.poll(Duration::from_millis(20));
+        }
+        producer.flush(Duration::from_secs(30)).unwrap();
+        log
+    })
+}
+
+/// Another process holding an exclusive `fcntl` lock on a file (Python's `lockf`, the same lock
+/// Java's `FileChannel` and RocksDB take) until dropped.
+pub struct FcntlLock {
+    child: Child,
+    stdin: Option<ChildStdin>,
+}
+
+impl FcntlLock {
+    /// Returns once the lock is held.
+    pub fn hold(path: &Path) -> FcntlLock {
+        let mut child = Command::new("python3")
+            .args([
+                "-c",
+                "import fcntl, sys\n\
+                 f = open(sys.argv[1], 'r+')\n\
+                 fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n\
+                 print('locked', flush=True)\n\
+                 sys.stdin.read()",
+            ])
+            .arg(path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 runs");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(
+            line.trim(),
+            "locked",
+            "the lock on {} is held",
+            path.display()
+        );
+        let stdin = child.stdin.take();
+        FcntlLock { child, stdin }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for FcntlLock {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.wait();
+    }
+}
