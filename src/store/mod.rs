@@ -193,10 +193,11 @@ impl Store {
     /// none); only a timestamped store keeps it.
     pub fn put(&mut self, key: &[u8], value: &[u8], timestamp: i64) -> Result<(), StoreError> {
         let kind = self.paths.kind;
-        kind.encode_value(timestamp, value, &mut self.value);
         match kind {
-            StoreType::KeyValue => self.batch.put(key, &self.value),
+            // The value as it came: no copy on the common path.
+            StoreType::KeyValue => self.batch.put(key, value),
             StoreType::TimestampedKeyValue => {
+                kind.encode_value(timestamp, value, &mut self.value);
                 let family = family(&self.db, &self.paths.db, kind.data_family())?;
                 self.batch.put_cf(family, key, &self.value);
             }
