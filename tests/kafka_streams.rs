@@ -120,6 +120,11 @@ impl App {
         (0..PARTITIONS).map(|p| self.records(store, p).len()).sum()
     }
 
+    /// Records produced so far to each store's changelog: (ts-store, kv-store).
+    fn produced_per_store(&self) -> [usize; 2] {
+        [self.produced(TS_STORE), self.produced(KV_STORE)]
+    }
+
     fn config(&self, dir: &Path) -> PathBuf {
         let stores: String = [(TS_STORE, "timestamped_key_value"), (KV_STORE, "key_value")]
             .iter()
@@ -161,6 +166,16 @@ struct AppRun {
     /// `ts-store` through interactive queries: key -> (value, timestamp).
     timestamped: BTreeMap<String, (String, i64)>,
     plain: BTreeMap<String, String>,
+}
+
+impl AppRun {
+    /// The application restored exactly the records produced after `before`, and no more: a
+    /// store it had to rebuild would have restored its whole changelog.
+    fn assert_restored_only_since(&self, app: &App, before: [usize; 2]) {
+        let now = app.produced_per_store();
+        assert_eq!(self.restored[TS_STORE], (now[0] - before[0]) as u64);
+        assert_eq!(self.restored[KV_STORE], (now[1] - before[1]) as u64);
+    }
 }
 
 /// Starts the application on `state_dir`, waits for it to print and close, and parses its output.
@@ -447,17 +462,10 @@ fn warm_then_open(guarantee: &str) {
         .exists());
 
     // Records the application has not seen: a warm start restores only these.
-    let warmed = [app.produced(TS_STORE), app.produced(KV_STORE)];
+    let warmed = app.produced_per_store();
     app.produce(50, 2);
     let run = run_app(&app, &state_dir, guarantee);
-    assert_eq!(
-        run.restored[TS_STORE],
-        (app.produced(TS_STORE) - warmed[0]) as u64
-    );
-    assert_eq!(
-        run.restored[KV_STORE],
-        (app.produced(KV_STORE) - warmed[1]) as u64
-    );
+    run.assert_restored_only_since(&app, warmed);
     let expected: BTreeMap<String, (String, i64)> = (0..PARTITIONS)
         .flat_map(|p| app.timestamped_model(TS_STORE, p))
         .map(|(k, v)| {
@@ -557,16 +565,9 @@ fn an_export_for_4_2_opens_from_its_checkpoint_file() {
             assert_eq!(found, families, "{}", db.display());
         }
     }
-    let warmed = [app.produced(TS_STORE), app.produced(KV_STORE)];
+    let warmed = app.produced_per_store();
     app.produce(40, 2);
     let run = run_app_on(KAFKA_STREAMS_LEGACY, &app, &legacy, "at_least_once");
-    assert_eq!(
-        run.restored[TS_STORE],
-        (app.produced(TS_STORE) - warmed[0]) as u64
-    );
-    assert_eq!(
-        run.restored[KV_STORE],
-        (app.produced(KV_STORE) - warmed[1]) as u64
-    );
+    run.assert_restored_only_since(&app, warmed);
     assert_eq!(run.plain, queried_model(&app, KV_STORE));
 }

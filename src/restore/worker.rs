@@ -615,14 +615,16 @@ impl Worker {
                 Ok(m) => {
                     let offset = m.offset();
                     if offset >= *next {
+                        // Read once: the store keeps it (a timestamped store) and the lag in
+                        // seconds is measured from it.
+                        let timestamp = m.timestamp().to_millis();
                         match m.key() {
                             None => batch.null_keys += 1,
                             Some(key) => {
                                 let written = match m.payload() {
                                     Some(value) => {
                                         batch.bytes += value.len() as u64;
-                                        let timestamp = m.timestamp().to_millis().unwrap_or(-1);
-                                        store.put(key, value, timestamp)
+                                        store.put(key, value, timestamp.unwrap_or(-1))
                                     }
                                     None => store.delete(key),
                                 };
@@ -636,8 +638,7 @@ impl Worker {
                         }
                         *next = offset + 1;
                         *last_taken = Some(offset);
-                        batch.last_timestamp_ms =
-                            m.timestamp().to_millis().or(batch.last_timestamp_ms);
+                        batch.last_timestamp_ms = timestamp.or(batch.last_timestamp_ms);
                     }
                 }
                 // Only if the user turned `enable.partition.eof` on; catch-up is decided from offsets.
