@@ -462,6 +462,91 @@ fn unclean_shutdown_resumes_or_wipes_by_policy() {
     assert_rebuilt(dir.path(), store);
 }
 
+/// Opening writes nothing: `status` 1 rides in the first commit. A store closed cleanly, opened
+/// and then dropped before any commit (as when the process dies there) is still the store that
+/// was closed, byte for byte, so it is not unclean and `on_unclean_shutdown: wipe` keeps it.
+#[test]
+fn a_store_dropped_before_its_first_commit_is_still_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    closed_store(dir.path());
+    let (store, _) = open(dir.path());
+    drop(store);
+    let (store, outcome) = open_with(dir.path(), tp(), UncleanPolicy::Wipe, None);
+    assert_eq!(
+        outcome,
+        OpenOutcome::Resumed {
+            applied: 42,
+            unclean: false
+        }
+    );
+    assert_eq!(store.get(b"plum").unwrap(), Some(b"3".to_vec()));
+
+    // The first commit marks it open, and whatever reaches the disk from then on says so.
+    let mut store = store;
+    store.put(b"fig", b"4", 0).unwrap();
+    store.commit(43).unwrap();
+    store.flush().unwrap();
+    drop(store);
+    let (_, outcome) = open(dir.path());
+    assert_eq!(
+        outcome,
+        OpenOutcome::Resumed {
+            applied: 43,
+            unclean: true
+        }
+    );
+}
+
+/// Table files of `dir` this process has open.
+fn open_table_files(dir: &Path) -> usize {
+    let dir = fs::canonicalize(dir).unwrap();
+    fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter_map(|fd| fs::read_link(fd.path()).ok())
+        .filter(|target| target.starts_with(&dir) && target.extension() == Some("sst".as_ref()))
+        .count()
+}
+
+/// `max_open_files` bounds a store's open table files at that minus 10 (the descriptor budget
+/// counts on it), however many tables it has: RocksDB's table cache is split into shards of at
+/// least one file each, 64 by default, which let a store keep up to 64 open.
+#[test]
+fn a_store_keeps_at_most_ten_table_files_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = StoreOptions {
+        rocksdb: RocksDbOverrides {
+            // Every flush stays a table of its own.
+            level0_file_num_compaction_trigger: Some(1000),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let (mut store, _) = Store::open(
+        paths(dir.path()),
+        tp(),
+        &options,
+        UncleanPolicy::Resume,
+        None,
+    )
+    .unwrap();
+    for i in 0..40u32 {
+        store.put(&i.to_be_bytes(), b"value", 0).unwrap();
+        store.commit(i64::from(i)).unwrap();
+        store.flush().unwrap();
+    }
+    for i in 0..40u32 {
+        assert_eq!(
+            store.get(&i.to_be_bytes()).unwrap(),
+            Some(b"value".to_vec())
+        );
+    }
+    let tables = files_ending(&paths(dir.path()).db, ".sst").len();
+    assert!(tables >= 80, "{tables} table files");
+    let open = open_table_files(dir.path());
+    assert!(open <= 10, "{open} of {tables} table files open");
+}
+
 #[test]
 fn a_leftover_wipe_marker_is_an_interrupted_rebuild() {
     let dir = tempfile::tempdir().unwrap();

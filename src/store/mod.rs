@@ -65,6 +65,10 @@ pub struct Store {
     applied: Option<i64>,
     /// When the oldest commit not yet flushed was written.
     unflushed_since: Option<Instant>,
+    /// Whether `status` 1 has been written since open. It rides in the first commit's batch, so
+    /// whatever reaches the disk after open carries it, and opening costs no write and no flush: a
+    /// crash before that commit's flush leaves the store exactly as it was closed.
+    marked_open: bool,
     _lock: StoreLock,
 }
 
@@ -150,7 +154,7 @@ impl Store {
         Ok((store, outcome))
     }
 
-    /// Marks the store open (`status` = 1, on disk) and sets up the empty buffer.
+    /// Sets up the empty buffer; `status` 1 waits for the first commit.
     fn ready(
         db: DB,
         lock: StoreLock,
@@ -164,7 +168,7 @@ impl Store {
         }
         let mut write_options = WriteOptions::default();
         write_options.disable_wal(!options.wal);
-        let mut store = Store {
+        Ok(Store {
             db,
             offset_key: tp.offset_key(),
             tp,
@@ -174,14 +178,10 @@ impl Store {
             value: Vec::new(),
             applied,
             unflushed_since: None,
+            marked_open: false,
             _lock: lock,
             paths,
-        };
-        // Flushed right away, so a crash at any later point is seen as one on the next open, even
-        // with the WAL off and before the first time-bound flush.
-        store.write_status(STATUS_OPEN)?;
-        store.flush()?;
-        Ok(store)
+        })
     }
 
     /// Offset of the last record whose effect is committed; `None` for an empty store.
@@ -234,9 +234,13 @@ impl Store {
         let offsets = offsets_cf(&self.db, &self.paths.db)?;
         let mut batch = std::mem::take(&mut self.batch);
         batch.put_cf(offsets, &self.offset_key, encode_i64(applied_offset));
+        if !self.marked_open {
+            batch.put_cf(offsets, STATUS_KEY, encode_i64(STATUS_OPEN));
+        }
         self.db
             .write_opt(batch, &self.write_options)
             .map_err(rocks(&self.paths.db))?;
+        self.marked_open = true;
         self.applied = Some(applied_offset);
         let now = Instant::now();
         self.unflushed_since.get_or_insert(now);
