@@ -4,8 +4,9 @@
 //! so at start than to fail a partition at random later.
 
 /// Descriptors every open store holds besides its table files, counted on a running process:
-/// RocksDB's `LOCK`, `MANIFEST`, current write-ahead log (created even with the WAL off) and three
-/// handles on the store's directory, and warmstore's own lock.
+/// RocksDB's `LOCK`, `MANIFEST`, current write-ahead log (created even with the WAL off) and up to
+/// three handles on the store's directory (three when this process created it: a column family
+/// created after open gets a handle of its own), and warmstore's own lock.
 pub const FILES_PER_OPEN_STORE: u64 = 7;
 
 /// Descriptors left for everything that is not a store: Kafka connections, the HTTP server,

@@ -119,6 +119,9 @@ impl std::fmt::Debug for SharedBlockCache {
 /// Default process-wide block cache.
 pub const DEFAULT_BLOCK_CACHE: u64 = 8 << 20;
 
+/// Unit in which a memtable takes memory (and is charged against `total_write_buffer_size`).
+const ARENA_BLOCK: usize = 64 << 10;
+
 /// Default files RocksDB keeps open per store; RocksDB raises anything lower to 20.
 const DEFAULT_MAX_OPEN_FILES: i32 = 20;
 
@@ -179,6 +182,10 @@ impl StoreOptions {
             table.set_block_cache(&cache.0);
         }
         options.set_block_based_table_factory(&table);
+        // Memtable memory is counted against the shared budget in arena blocks, and RocksDB's
+        // default block is 1 MiB: a store holding a few KiB counted as 1 MiB per column family,
+        // so 64 small catch-ups "filled" a 32 MiB budget and forced flushes of tiny tables.
+        options.set_arena_block_size(ARENA_BLOCK);
         let o = &self.rocksdb;
         // Explicit: RocksDB's own default is Snappy whenever Snappy is built in.
         options.set_compression_type(o.compression.unwrap_or(Compression::None).rocksdb());
@@ -228,6 +235,10 @@ impl StoreOptions {
         db.set_log_level(LogLevel::Warn);
         db.set_info_logger(InfoLogger::new_callback_logger(LogLevel::Warn, rocksdb_log));
         db.set_max_open_files(self.max_open_files());
+        // One shard, so the table cache's capacity (`max_open_files` - 10) bounds the table files
+        // a store keeps open. With RocksDB's default of 64 shards each shard holds at least one,
+        // and a store could keep up to 64 table files open whatever `max_open_files` says.
+        db.set_table_cache_num_shard_bits(0);
         // Table files are opened on the thread that opens the store, not on threads RocksDB
         // starts for it (16 by default): a store has a handful, and a thousand stores opening
         // would otherwise start thousands of short-lived threads.
