@@ -209,8 +209,11 @@ impl Worker {
 
     /// The log's offsets, asked of the broker. The request blocks for up to its timeout, so it
     /// runs on a blocking thread; while it waits (or waits for a thread), a known outage shows.
+    /// It goes through the catching-up consumer: a broker answers one connection's requests in
+    /// order, and the tailing consumer's connection carries a fetch the broker holds for up to
+    /// `fetch.wait.max.ms`, which every open queued behind (8 opens a second at 1,000 partitions).
     async fn bounds(&self) -> Result<LogBounds, Failure> {
-        let (consumer, tp) = (self.tailing.consumer.clone(), self.tp.clone());
+        let (consumer, tp) = (self.catching_up.consumer.clone(), self.tp.clone());
         let request =
             blocking(move || consumer.fetch_watermarks(&tp.topic, tp.partition, WATERMARK_TIMEOUT));
         tokio::pin!(request);
