@@ -29,6 +29,11 @@ fn open_with(
     Store::open(paths(dir), tp, &StoreOptions::default(), policy, bounds).expect("store opens")
 }
 
+fn open_with_options(dir: &Path, options: &StoreOptions) -> Store {
+    let opened = Store::open(paths(dir), tp(), options, UncleanPolicy::Resume, None);
+    opened.expect("store opens").0
+}
+
 fn open(dir: &Path) -> (Store, OpenOutcome) {
     open_with(dir, tp(), UncleanPolicy::Resume, None)
 }
@@ -196,14 +201,7 @@ fn options_file_forces_atomic_flush_and_format_version_6() {
         },
         ..Default::default()
     };
-    let (store, _) = Store::open(
-        paths(dir.path()),
-        tp(),
-        &options,
-        UncleanPolicy::Resume,
-        None,
-    )
-    .unwrap();
+    let store = open_with_options(dir.path(), &options);
     store.close(None).unwrap();
     let options_file = files_starting(&paths(dir.path()).db, "OPTIONS-")
         .pop()
@@ -522,14 +520,7 @@ fn a_store_keeps_at_most_ten_table_files_open() {
         },
         ..Default::default()
     };
-    let (mut store, _) = Store::open(
-        paths(dir.path()),
-        tp(),
-        &options,
-        UncleanPolicy::Resume,
-        None,
-    )
-    .unwrap();
+    let mut store = open_with_options(dir.path(), &options);
     for i in 0..40u32 {
         store.put(&i.to_be_bytes(), b"value", 0).unwrap();
         store.commit(i64::from(i)).unwrap();
