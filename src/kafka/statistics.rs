@@ -4,7 +4,8 @@
 
 use rdkafka::consumer::ConsumerContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::{ClientContext, Statistics};
+use rdkafka::ClientContext;
+use serde::Deserialize;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicI64};
@@ -13,6 +14,7 @@ use std::sync::{Arc, RwLock};
 use super::consumers::Role;
 use crate::observe::status::Board;
 
+/// The log's offsets for one store partition, as the statistics of the consumer fetching it last
 /// reported them, with the broker's answer at open as the starting point.
 #[derive(Debug)]
 pub struct Watermarks {
@@ -73,6 +75,17 @@ impl WatermarkCells {
         cell
     }
 
+    /// Whether any partition is on the catching-up consumer: when none is, that consumer's
+    /// statistics are fresh for no one and are not even decoded.
+    fn any_catching_up(&self) -> bool {
+        self.cells.read().is_ok_and(|cells| {
+            cells
+                .values()
+                .flatten()
+                .any(|cell| cell.catching_up.load(Relaxed))
+        })
+    }
+
     fn find(&self, topic: &str, partition: i32) -> Vec<Arc<Watermarks>> {
         self.cells
             .read()
@@ -80,6 +93,47 @@ impl WatermarkCells {
             .and_then(|cells| cells.get(&(topic.to_string(), partition)).cloned())
             .unwrap_or_default()
     }
+}
+
+/// The part of librdkafka's statistics that warmstore reads. rdkafka's own `Statistics` decodes
+/// every field (dozens per partition, with strings and windows), and at 1,000 partitions doing so
+/// each second for each consumer was a visible share of an idle standby's CPU; what is not named
+/// here is skipped without being decoded.
+#[derive(Debug, Default, Deserialize)]
+struct Reported {
+    #[serde(default)]
+    brokers: HashMap<String, BrokerReported>,
+    #[serde(default)]
+    topics: HashMap<String, TopicReported>,
+}
+
+#[derive(Debug, Deserialize)]
+struct BrokerReported {
+    #[serde(default)]
+    nodename: String,
+    #[serde(default)]
+    state: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct TopicReported {
+    /// By partition id; librdkafka also lists its internal partition -1.
+    #[serde(default)]
+    partitions: HashMap<i32, PartitionReported>,
+}
+
+#[derive(Debug, Deserialize)]
+struct PartitionReported {
+    #[serde(default = "unknown")]
+    hi_offset: i64,
+    #[serde(default = "unknown")]
+    lo_offset: i64,
+    #[serde(default = "unknown")]
+    ls_offset: i64,
+}
+
+fn unknown() -> i64 {
+    -1
 }
 
 /// Routes librdkafka's statistics to the partitions' watermarks, and its errors to the status
@@ -93,17 +147,44 @@ pub struct EngineContext {
 }
 
 impl ClientContext for EngineContext {
-    fn stats(&self, statistics: Statistics) {
+    fn stats_raw(&self, json: &[u8]) {
+        if self.role == Role::CatchingUp && !self.watermarks.any_catching_up() {
+            return;
+        }
+        match serde_json::from_slice::<Reported>(json) {
+            Ok(reported) => self.route(reported),
+            // End offsets then stay as they were: lag and catch-up go stale, so say why.
+            Err(error) => {
+                tracing::warn!(%error, "librdkafka's statistics could not be read; end offsets are not refreshed")
+            }
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::warn!(%error, reason, "kafka client error; librdkafka retries on its own");
+        // "All brokers down" follows the error that says why (a refused handshake or login);
+        // keep that one.
+        if error.rdkafka_error_code() != Some(RDKafkaErrorCode::AllBrokersDown) {
+            self.board
+                .set_kafka_client_error(Some(format!("last Kafka client error: {reason}")));
+        }
+    }
+}
+
+impl ConsumerContext for EngineContext {}
+
+impl EngineContext {
+    fn route(&self, reported: Reported) {
         // The catching-up consumer is idle between restores and may hold no connection then.
         if self.role == Role::Tailing {
-            let states: Vec<(String, String)> = statistics
+            let states: Vec<(String, String)> = reported
                 .brokers
-                .values()
-                .map(|b| (b.nodename.clone(), b.state.clone()))
+                .into_values()
+                .map(|b| (b.nodename, b.state))
                 .collect();
             self.track_outage(&states);
         }
-        for (topic, t) in statistics.topics {
+        for (topic, t) in reported.topics {
             for (partition, p) in t.partitions {
                 if partition < 0 {
                     continue;
@@ -130,20 +211,6 @@ impl ClientContext for EngineContext {
         }
     }
 
-    fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!(%error, reason, "kafka client error; librdkafka retries on its own");
-        // "All brokers down" follows the error that says why (a refused handshake or login);
-        // keep that one.
-        if error.rdkafka_error_code() != Some(RDKafkaErrorCode::AllBrokersDown) {
-            self.board
-                .set_kafka_client_error(Some(format!("last Kafka client error: {reason}")));
-        }
-    }
-}
-
-impl ConsumerContext for EngineContext {}
-
-impl EngineContext {
     fn track_outage(&self, states: &[(String, String)]) {
         if let Some(mut outage) = outage(states) {
             if let Some(error) = self.board.kafka_client_error() {
@@ -181,7 +248,6 @@ pub fn outage(brokers: &[(String, String)]) -> Option<String> {
     Some(format!("no Kafka broker reachable ({})", names.join(", ")))
 }
 
-/// The consumer config: defaults, then the user's properties on top.
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,6 +257,80 @@ mod tests {
             .iter()
             .map(|(n, s)| (n.to_string(), s.to_string()))
             .collect()
+    }
+
+    /// librdkafka's statistics as it writes them (trimmed): the fields warmstore reads beside ones
+    /// it skips, nested objects and all.
+    const REPORTED: &str = r#"{
+      "name": "rdkafka#consumer-1", "type": "consumer", "ts": 1, "time": 1, "replyq": 0,
+      "brokers": {
+        "127.0.0.1:9092/1": {"name": "127.0.0.1:9092/1", "nodeid": 1, "nodename": "127.0.0.1:9092",
+          "state": "UP", "rtt": {"min": 1, "max": 2, "avg": 1, "p99": 2, "cnt": 3},
+          "req": {"Fetch": 10, "Metadata": 1}, "toppars": {"t-0": {"topic": "t", "partition": 0}}}
+      },
+      "topics": {
+        "t": {"topic": "t", "age": 10, "metadata_age": 5,
+          "batchsize": {"min": 0, "max": 0, "avg": 0},
+          "partitions": {
+            "0": {"partition": 0, "broker": 1, "leader": 1, "desired": true, "fetch_state": "active",
+              "query_offset": -1001, "next_offset": 40, "app_offset": 40, "committed_offset": -1001,
+              "lo_offset": 5, "hi_offset": 42, "ls_offset": 40, "consumer_lag": 0, "txmsgs": 0},
+            "-1": {"partition": -1, "broker": -1, "lo_offset": -1, "hi_offset": -1, "ls_offset": -1}
+          }}
+      },
+      "cgrp": {"state": "init", "rebalance_cnt": 0}
+    }"#;
+
+    fn context(watermarks: Arc<WatermarkCells>, read_committed: bool) -> EngineContext {
+        EngineContext {
+            board: Arc::new(Board::default()),
+            watermarks,
+            read_committed,
+            role: Role::Tailing,
+        }
+    }
+
+    #[test]
+    fn statistics_reach_the_partition_cells() {
+        let cells = Arc::new(WatermarkCells::default());
+        let committed = cells.register("t", 0);
+        let other = cells.register("t", 1);
+        context(cells.clone(), true).stats_raw(REPORTED.as_bytes());
+        assert_eq!((committed.log_start(), committed.end_offset()), (5, 40));
+        assert_eq!((other.log_start(), other.end_offset()), (-1, -1));
+
+        let cells = Arc::new(WatermarkCells::default());
+        let uncommitted = cells.register("t", 0);
+        let ctx = context(cells.clone(), false);
+        ctx.stats_raw(REPORTED.as_bytes());
+        assert_eq!(uncommitted.end_offset(), 42);
+        assert_eq!(ctx.board.kafka_outage(), None);
+
+        // Unreadable statistics change nothing.
+        uncommitted.set(0, 7);
+        ctx.stats_raw(b"{\"topics\": [");
+        assert_eq!((uncommitted.log_start(), uncommitted.end_offset()), (0, 7));
+    }
+
+    #[test]
+    fn only_a_partition_on_the_consumer_takes_its_statistics() {
+        let cells = Arc::new(WatermarkCells::default());
+        let cell = cells.register("t", 0);
+        let catching_up = EngineContext {
+            role: Role::CatchingUp,
+            ..context(cells.clone(), true)
+        };
+        catching_up.stats_raw(REPORTED.as_bytes());
+        assert_eq!(cell.end_offset(), -1);
+        cell.set_catching_up(true);
+        catching_up.stats_raw(REPORTED.as_bytes());
+        assert_eq!(cell.end_offset(), 40);
+        context(cells, true).stats_raw(REPORTED.replace("40", "41").as_bytes());
+        assert_eq!(
+            cell.end_offset(),
+            40,
+            "the tailing consumer's figures are stale for it"
+        );
     }
 
     #[test]
