@@ -158,9 +158,35 @@ pub fn eta_seconds(lag: i64, rate: f64) -> Option<f64> {
     }
 }
 
+/// How long after `since_epoch` (time since a process-wide instant) an idle partition looks
+/// again: at the next whole multiple of `every`. Every idle partition then wakes on the same tick,
+/// and a thousand of them cost the runtime one wake-up a second rather than a thousand spread over
+/// it; parking and waking threads that often was the largest part of an idle standby's CPU.
+pub fn next_look(since_epoch: Duration, every: Duration) -> Duration {
+    let every = every.as_nanos().max(1);
+    let ticks = since_epoch.as_nanos() / every + 1;
+    Duration::from_nanos(u64::try_from(ticks * every).unwrap_or(u64::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn idle_partitions_look_on_a_shared_tick() {
+        let second = Duration::from_secs(1);
+        let look = |ms| next_look(Duration::from_millis(ms), second);
+        assert_eq!(look(0), second);
+        assert_eq!(look(1), second);
+        assert_eq!(look(999), second);
+        assert_eq!(look(1000), 2 * second, "never now: a look is always ahead");
+        assert_eq!(look(2500), 3 * second);
+        assert_eq!(
+            next_look(Duration::from_millis(250), Duration::ZERO),
+            Duration::from_nanos(250_000_001),
+            "a zero period still moves forward"
+        );
+    }
 
     #[test]
     fn undecodable_batches_are_fatal_and_passing_conditions_are_not() {

@@ -9,7 +9,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
@@ -26,8 +26,11 @@ use crate::store::{OpenOutcome, Store, StoreError, StoreOptions, StorePaths, Top
 
 /// How often a partition with nothing to read looks again anyway: to commit once
 /// `commit_interval` has passed, to flush within its bound, to see an end offset that moved past
-/// transaction markers (which are never delivered), and to show an outage.
-const IDLE_LOOK_EVERY: Duration = Duration::from_secs(1);
+/// transaction markers (which are never delivered), and to show an outage. End offsets arrive with
+/// librdkafka's statistics every two seconds, so looking more often would find nothing new.
+const IDLE_LOOK_EVERY: Duration = Duration::from_secs(2);
+/// The instant idle looks are counted from (`policy::next_look`), one for the process.
+static IDLE_LOOK_EPOCH: OnceLock<tokio::time::Instant> = OnceLock::new();
 /// How often a partition waiting for the log's offsets checks whether Kafka is known to be down.
 const OUTAGE_LOOK_EVERY: Duration = Duration::from_secs(1);
 const WATERMARK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -334,12 +337,14 @@ impl Worker {
     }
 
     /// Waits until the lane's queue receives something, a stop is requested, or it is time to
-    /// look anyway.
+    /// look anyway: on the process's next idle tick, shared by every idle partition.
     async fn idle(&self) {
+        let epoch = *IDLE_LOOK_EPOCH.get_or_init(tokio::time::Instant::now);
+        let look = epoch + policy::next_look(epoch.elapsed(), IDLE_LOOK_EVERY);
         tokio::select! {
             _ = self.wake.notified() => {}
             _ = self.stop.requested() => {}
-            _ = tokio::time::sleep(IDLE_LOOK_EVERY) => {}
+            _ = tokio::time::sleep_until(look) => {}
         }
     }
 
