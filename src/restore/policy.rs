@@ -168,9 +168,70 @@ pub fn next_look(since_epoch: Duration, every: Duration) -> Duration {
     Duration::from_nanos(u64::try_from(ticks * every).unwrap_or(u64::MAX))
 }
 
+/// How long an idle partition sleeps: until the shared tick (`until_tick`, from `next_look`), or
+/// until its own commit or flush falls due if that comes first. A `commit_interval` or
+/// `flush_interval` shorter than the tick still holds, and a partition with nothing pending keeps
+/// to the tick that every idle partition shares.
+pub fn idle_sleep(
+    until_tick: Duration,
+    commit_due_in: Option<Duration>,
+    flush_due_in: Option<Duration>,
+) -> Duration {
+    [commit_due_in, flush_due_in]
+        .into_iter()
+        .flatten()
+        .fold(until_tick, Duration::min)
+}
+
+/// How long until `commit_due` says yes by time alone: `None` when nothing is pending.
+pub fn commit_due_in(
+    dirty: bool,
+    since_last_commit: Duration,
+    commit_interval: Duration,
+) -> Option<Duration> {
+    dirty.then(|| commit_interval.saturating_sub(since_last_commit))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_idle_partition_wakes_for_its_own_commit_or_flush_before_the_tick() {
+        let ms = Duration::from_millis;
+        assert_eq!(
+            idle_sleep(ms(1500), None, None),
+            ms(1500),
+            "nothing pending"
+        );
+        assert_eq!(
+            idle_sleep(ms(1500), Some(ms(200)), None),
+            ms(200),
+            "a commit first"
+        );
+        assert_eq!(
+            idle_sleep(ms(1500), None, Some(ms(300)),),
+            ms(300),
+            "a flush first"
+        );
+        assert_eq!(idle_sleep(ms(1500), Some(ms(900)), Some(ms(300))), ms(300));
+        assert_eq!(
+            idle_sleep(ms(100), Some(ms(900)), Some(ms(300))),
+            ms(100),
+            "the tick first"
+        );
+        assert_eq!(
+            commit_due_in(false, ms(50), ms(200)),
+            None,
+            "nothing to commit"
+        );
+        assert_eq!(commit_due_in(true, ms(50), ms(200)), Some(ms(150)));
+        assert_eq!(
+            commit_due_in(true, ms(500), ms(200)),
+            Some(Duration::ZERO),
+            "overdue"
+        );
+    }
 
     #[test]
     fn idle_partitions_look_on_a_shared_tick() {

@@ -321,7 +321,15 @@ impl Worker {
                 Phase::CatchingUp { .. } | Phase::Tailing => {
                     let step = self.fetch(&mut run, &mut store, phase);
                     if matches!(step, Ok(None)) && run.drained {
-                        self.idle().await;
+                        let now = Instant::now();
+                        let commit_due_in = policy::commit_due_in(
+                            run.last_taken > store.applied(),
+                            now.saturating_duration_since(run.last_commit),
+                            self.restore.commit_interval,
+                        );
+                        let flush_due_in =
+                            store.flush_due_in(now, phase.flush_bound(self.options.flush_interval));
+                        self.idle(commit_due_in, flush_due_in).await;
                     } else {
                         // Many partitions share a few threads: a busy one lets the others run.
                         tokio::task::yield_now().await;
@@ -337,10 +345,18 @@ impl Worker {
     }
 
     /// Waits until the lane's queue receives something, a stop is requested, or it is time to
-    /// look anyway: on the process's next idle tick, shared by every idle partition.
-    async fn idle(&self) {
+    /// look anyway: on the process's next idle tick, shared by every idle partition, or sooner when
+    /// this partition's own commit or flush falls due.
+    async fn idle(&self, commit_due_in: Option<Duration>, flush_due_in: Option<Duration>) {
         let epoch = *IDLE_LOOK_EPOCH.get_or_init(tokio::time::Instant::now);
-        let look = epoch + policy::next_look(epoch.elapsed(), IDLE_LOOK_EVERY);
+        let until_tick = policy::next_look(epoch.elapsed(), IDLE_LOOK_EVERY);
+        let now = tokio::time::Instant::now();
+        let look = now
+            + policy::idle_sleep(
+                (epoch + until_tick).saturating_duration_since(now),
+                commit_due_in,
+                flush_due_in,
+            );
         tokio::select! {
             _ = self.wake.notified() => {}
             _ = self.stop.requested() => {}

@@ -267,6 +267,15 @@ impl Store {
         )
     }
 
+    /// How long until a flush falls due under `bound` (as in `flush_due_within`); `None` when
+    /// everything committed is flushed. An idle partition wakes for it rather than waiting for the
+    /// next idle tick, so a short `flush_interval` holds.
+    pub fn flush_due_in(&self, now: Instant, bound: Duration) -> Option<Duration> {
+        let since = self.unflushed_since?;
+        let bound = bound.min(self.options.flush_interval);
+        Some(bound.saturating_sub(now.saturating_duration_since(since)))
+    }
+
     /// One atomic flush of every column family.
     pub fn flush(&mut self) -> Result<(), StoreError> {
         let families = self
