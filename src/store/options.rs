@@ -122,6 +122,13 @@ pub const DEFAULT_BLOCK_CACHE: u64 = 8 << 20;
 /// Unit in which a memtable takes memory (and is charged against `total_write_buffer_size`).
 const ARENA_BLOCK: usize = 64 << 10;
 
+/// Largest buffer RocksDB puts in front of a file it writes. RocksDB starts each at 64 KiB (and
+/// lets one grow to 1 MiB), and every open store keeps two files open for writing, its MANIFEST
+/// and its write-ahead log, which hold a few hundred bytes while a store is idle: 1,000 stores
+/// held 40-45 MiB of resident memory in them. Table files are written in blocks of this size, so
+/// a flush makes a write call per block instead of per 1 MiB; a restore measured no slower.
+const FILE_WRITE_BUFFER: u64 = 4 << 10;
+
 /// Default files RocksDB keeps open per store; RocksDB raises anything lower to 20.
 const DEFAULT_MAX_OPEN_FILES: i32 = 20;
 
@@ -241,6 +248,7 @@ impl StoreOptions {
         db.set_stats_dump_period_sec(0);
         db.set_stats_persist_period_sec(0);
         db.set_max_open_files(self.max_open_files());
+        db.set_writable_file_max_buffer_size(FILE_WRITE_BUFFER);
         // One shard, so the table cache's capacity (`max_open_files` - 10) bounds the table files
         // a store keeps open. With RocksDB's default of 64 shards each shard holds at least one,
         // and a store could keep up to 64 table files open whatever `max_open_files` says.
