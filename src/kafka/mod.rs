@@ -9,8 +9,8 @@
 //! catching-up consumer holds only the partitions catching up on their turn, which always have data
 //! to fetch, so it waits at most `CATCHING_UP_FETCH_WAIT_MS`. With one consumer for both, a partition
 //! given a turn waited for the outstanding long-poll over idle partitions before its first fetch:
-//! up to `fetch.wait.max.ms` per turn (100 ms then), which made a restore of many small partitions up to twice as slow with 4
-//! turns, and 4.5 times with 1 (docs/restore.md).
+//! up to `fetch.wait.max.ms` per turn (100 ms then), which made a restore of many small partitions
+//! up to twice as slow with 4 turns, and 4.5 times with 1 (docs/restore.md).
 
 pub mod consumers;
 pub mod statistics;

@@ -162,6 +162,13 @@ struct Run<'a> {
     drained: bool,
 }
 
+impl Run<'_> {
+    /// Records were taken that the store has not committed yet.
+    fn uncommitted(&self, store: &Store) -> bool {
+        self.last_taken > store.applied()
+    }
+}
+
 /// What the message loop saw in one batch.
 #[derive(Default)]
 struct Batch {
@@ -321,14 +328,7 @@ impl Worker {
                 Phase::CatchingUp { .. } | Phase::Tailing => {
                     let step = self.fetch(&mut run, &mut store, phase);
                     if matches!(step, Ok(None)) && run.drained {
-                        let now = Instant::now();
-                        let commit_due_in = policy::commit_due_in(
-                            run.last_taken > store.applied(),
-                            now.saturating_duration_since(run.last_commit),
-                            self.restore.commit_interval,
-                        );
-                        let flush_due_in =
-                            store.flush_due_in(now, phase.flush_bound(self.options.flush_interval));
+                        let (commit_due_in, flush_due_in) = self.due_in(&run, &store, phase);
                         self.idle(commit_due_in, flush_due_in).await;
                     } else {
                         // Many partitions share a few threads: a busy one lets the others run.
@@ -348,20 +348,34 @@ impl Worker {
     /// look anyway: on the process's next idle tick, shared by every idle partition, or sooner when
     /// this partition's own commit or flush falls due.
     async fn idle(&self, commit_due_in: Option<Duration>, flush_due_in: Option<Duration>) {
-        let epoch = *IDLE_LOOK_EPOCH.get_or_init(tokio::time::Instant::now);
-        let until_tick = policy::next_look(epoch.elapsed(), IDLE_LOOK_EVERY);
         let now = tokio::time::Instant::now();
-        let look = now
-            + policy::idle_sleep(
-                (epoch + until_tick).saturating_duration_since(now),
-                commit_due_in,
-                flush_due_in,
-            );
+        let epoch = *IDLE_LOOK_EPOCH.get_or_init(|| now);
+        // `next_look` counts from the epoch, and is always ahead of now.
+        let tick = epoch + policy::next_look(now.duration_since(epoch), IDLE_LOOK_EVERY);
+        let look = now + policy::idle_sleep(tick.duration_since(now), commit_due_in, flush_due_in);
         tokio::select! {
             _ = self.wake.notified() => {}
             _ = self.stop.requested() => {}
             _ = tokio::time::sleep_until(look) => {}
         }
+    }
+
+    /// How long until this partition's next commit and its next flush fall due by time alone
+    /// (`None` for one with nothing pending).
+    fn due_in(
+        &self,
+        run: &Run,
+        store: &Store,
+        phase: Phase,
+    ) -> (Option<Duration>, Option<Duration>) {
+        let now = Instant::now();
+        let commit = policy::commit_due_in(
+            run.uncommitted(store),
+            now.saturating_duration_since(run.last_commit),
+            self.restore.commit_interval,
+        );
+        let flush = store.flush_due_in(now, phase.flush_bound(self.options.flush_interval));
+        (commit, flush)
     }
 
     /// Further behind than `ready_max_lag`: the partition must wait for a turn to catch up.
@@ -517,7 +531,7 @@ impl Worker {
             _ => None,
         };
         let pending = Pending {
-            dirty: run.last_taken > store.applied(),
+            dirty: run.uncommitted(store),
             uncommitted_bytes: store.uncommitted_bytes(),
             since_last_commit: run.last_commit.elapsed(),
             just_caught_up: event == Some(Event::CaughtUp),

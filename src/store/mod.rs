@@ -75,7 +75,17 @@ pub struct Store {
 /// The time-bound flush rule (KAFKA-20663): flush once the oldest unflushed commit is `interval` old,
 /// so a crash with WAL off never sends a store back further than that.
 pub fn flush_due(unflushed_since: Option<Instant>, now: Instant, interval: Duration) -> bool {
-    unflushed_since.is_some_and(|since| now.saturating_duration_since(since) >= interval)
+    flush_due_in(unflushed_since, now, interval) == Some(Duration::ZERO)
+}
+
+/// How long until the time-bound rule says flush: `None` when everything committed is flushed,
+/// zero when a flush is due now.
+pub fn flush_due_in(
+    unflushed_since: Option<Instant>,
+    now: Instant,
+    interval: Duration,
+) -> Option<Duration> {
+    unflushed_since.map(|since| interval.saturating_sub(now.saturating_duration_since(since)))
 }
 
 fn rocks(dir: &Path) -> impl FnOnce(rocksdb::Error) -> StoreError + '_ {
@@ -260,20 +270,18 @@ impl Store {
     /// Whether a flush is due under a bound tighter than the configured one (never a looser one).
     /// The caller flushes: it knows whether waiting on the disk may hold a shared thread.
     pub fn flush_due_within(&self, now: Instant, bound: Duration) -> bool {
-        flush_due(
-            self.unflushed_since,
-            now,
-            bound.min(self.options.flush_interval),
-        )
+        self.flush_due_in(now, bound) == Some(Duration::ZERO)
     }
 
     /// How long until a flush falls due under `bound` (as in `flush_due_within`); `None` when
     /// everything committed is flushed. An idle partition wakes for it rather than waiting for the
     /// next idle tick, so a short `flush_interval` holds.
     pub fn flush_due_in(&self, now: Instant, bound: Duration) -> Option<Duration> {
-        let since = self.unflushed_since?;
-        let bound = bound.min(self.options.flush_interval);
-        Some(bound.saturating_sub(now.saturating_duration_since(since)))
+        flush_due_in(
+            self.unflushed_since,
+            now,
+            bound.min(self.options.flush_interval),
+        )
     }
 
     /// One atomic flush of every column family.
