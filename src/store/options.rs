@@ -129,6 +129,12 @@ const ARENA_BLOCK: usize = 64 << 10;
 /// a flush makes a write call per block instead of per 1 MiB; a restore measured no slower.
 const FILE_WRITE_BUFFER: u64 = 4 << 10;
 
+/// Disk RocksDB reserves ahead of a store's MANIFEST as it grows, instead of its default 4 MiB. The
+/// reservation is held for as long as the store is open, which for a standby is its whole life:
+/// 1,000 caught-up stores holding 139 MB took 4.1 GB of disk. A MANIFEST grows by a few hundred
+/// bytes a flush, so 16 KiB still covers dozens of flushes per reservation.
+const MANIFEST_PREALLOCATION: usize = 16 << 10;
+
 /// Default files RocksDB keeps open per store; RocksDB raises anything lower to 20.
 const DEFAULT_MAX_OPEN_FILES: i32 = 20;
 
@@ -249,6 +255,7 @@ impl StoreOptions {
         db.set_stats_persist_period_sec(0);
         db.set_max_open_files(self.max_open_files());
         db.set_writable_file_max_buffer_size(FILE_WRITE_BUFFER);
+        db.set_manifest_preallocation_size(MANIFEST_PREALLOCATION);
         // One shard, so the table cache's capacity (`max_open_files` - 10) bounds the table files
         // a store keeps open. With RocksDB's default of 64 shards each shard holds at least one,
         // and a store could keep up to 64 table files open whatever `max_open_files` says.
