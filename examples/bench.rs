@@ -378,6 +378,12 @@ fn scale(
         binaries.insert(0, ("baseline", baseline));
     }
     let mut rates = Vec::new();
+    // Every run's stores stay until the end of the invocation. Deleting one run's thousands of
+    // files just before the next run created its own made the second run pay for the first: on an
+    // ext4 without a journal the kernel skips, for each new file, the free inodes deleted in the
+    // last minute or more (`recently_deleted`; a fifth to a third of a 1,000-partition restore's
+    // CPU in profiles), so the binary that ran second looked slower.
+    let mut kept = Vec::new();
     for &partitions in counts {
         let broker = Broker::start(records, partitions, value_size);
         for (name, bin) in &binaries {
@@ -393,8 +399,11 @@ fn scale(
                 run.idle_cpu.unwrap_or(0.0) * 100.0
             );
             rates.push((partitions, *name, run.rate()));
-            let _ = std::fs::remove_dir_all(&state);
+            kept.push(state);
         }
+    }
+    for state in kept {
+        let _ = std::fs::remove_dir_all(state);
     }
     for (name, _) in &binaries {
         let of = |p: u64| rates.iter().find(|r| r.0 == p && r.1 == *name).map(|r| r.2);
