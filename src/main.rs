@@ -91,9 +91,28 @@ fn run(config: Config) -> anyhow::Result<()> {
     runtime()?.block_on(async {
         let service = Service::start(&config).await?;
         shutdown_signal().await;
-        service.stop().await;
+        stop_unless_signalled_again(service).await;
         anyhow::Ok(())
     })
+}
+
+/// Stops the service, or exits 1 at once on a second SIGTERM or SIGINT. Stores not yet closed
+/// are left as a crash leaves them (status 1), which the next start resumes or wipes under
+/// `on_unclean_shutdown`: the commit protocol keeps them consistent.
+async fn stop_unless_signalled_again(service: Service) {
+    tokio::select! {
+        _ = service.stop() => {}
+        _ = shutdown_signal() => {
+            tracing::error!(
+                "a signal while stopping: exiting before every store was closed; those \
+                 left open are treated as unclean shutdowns on the next start"
+            );
+            // SAFETY: _exit ends the process without running exit handlers or static
+            // destructors, which would race RocksDB's background threads still working on the
+            // stores left open.
+            unsafe { libc::_exit(1) }
+        }
+    }
 }
 
 fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
@@ -107,7 +126,7 @@ fn restore(config: Config, timeout: Option<std::time::Duration>) -> anyhow::Resu
         let warm = service
             .until_warm(config.restore.ready_max_lag, timeout, shutdown_signal())
             .await;
-        service.stop().await;
+        stop_unless_signalled_again(service).await;
         warm?;
         tracing::info!("every store is warm and closed cleanly");
         anyhow::Ok(())

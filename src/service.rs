@@ -57,6 +57,8 @@ fn listed(what: &str, not_ready: &[NotReady]) -> String {
 
 /// How often a one-shot restore looks at the board.
 const WARM_UP_LOOK_EVERY: Duration = Duration::from_millis(100);
+/// How often a stop that has not finished says so.
+const STOP_REPORT_EVERY: Duration = Duration::from_secs(5);
 
 pub struct Service {
     engine: Engine,
@@ -126,13 +128,26 @@ impl Service {
         }
     }
 
-    /// Stops fetching, commits, flushes and closes every store, then stops the HTTP server.
+    /// Stops fetching, commits, flushes and closes every store, then stops the HTTP server. A stop
+    /// that takes long says every few seconds what it still waits for: RocksDB retries a failed
+    /// flush after a second, on one thread shared by every store, so stores whose disk is gone or
+    /// full close one a second.
     pub async fn stop(self) {
         let engine = self.engine;
-        if tokio::task::spawn_blocking(move || engine.stop())
-            .await
-            .is_err()
-        {
+        let progress = engine.stop_progress();
+        let stopping = tokio::task::spawn_blocking(move || engine.stop());
+        tokio::pin!(stopping);
+        let stopped = loop {
+            tokio::select! {
+                stopped = &mut stopping => break stopped,
+                _ = tokio::time::sleep(STOP_REPORT_EVERY) => tracing::warn!(
+                    unfinished = progress.unfinished(),
+                    "stopping: store partitions are still committing, flushing and closing; a \
+                     second SIGTERM or SIGINT exits now and leaves them as a crash would"
+                ),
+            }
+        };
+        if stopped.is_err() {
             tracing::error!("the restore engine panicked while stopping");
         }
         let _ = self.http_stop.send(());

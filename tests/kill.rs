@@ -169,3 +169,58 @@ fn sigkill_with_the_wipe_policy_rebuilds_and_says_why() {
         assert_eq!(data, broker.model("eos", p, 0));
     }
 }
+
+/// Stores that cannot be flushed make a stop slow: RocksDB retries a failed flush after a second, on
+/// one thread for every store of the process. Found with a 1,000-partition process whose state
+/// directory was deleted under it, which then took minutes to stop and said nothing. Now the stop
+/// says what it waits for, and a second SIGTERM exits 1 at once.
+#[test]
+fn a_stop_that_cannot_flush_says_so_and_a_second_sigterm_exits() {
+    const STUCK_PARTITIONS: i32 = 60;
+    let mut broker = Broker::new();
+    broker.create_topic("stuck", STUCK_PARTITIONS);
+    broker.produce_changelog("stuck", STUCK_PARTITIONS, 20, 3);
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let stores = "  - name: s\n    changelog: stuck\n";
+    let config = write_config(
+        dir.path(),
+        &broker.bootstrap,
+        &addr,
+        stores,
+        "  ready_max_lag: 0\n",
+    );
+    let log_file = dir.path().join("warmstore.log");
+    let mut child = start(&config, &log_file);
+    wait_until("/readyz 200", Duration::from_secs(120), || {
+        http_get(&addr, "/readyz").0 == 200
+    });
+    // Every store's closing flush now fails: its directory is gone.
+    let state = dir.path().join("state");
+    wait_until(
+        "the state directory removed",
+        Duration::from_secs(10),
+        || std::fs::remove_dir_all(&state).is_ok() || !state.exists(),
+    );
+    let log = || std::fs::read_to_string(&log_file).unwrap_or_default();
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    wait_until("the stop to say it waits", Duration::from_secs(60), || {
+        log().contains("stopping: store partitions are still committing")
+    });
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the stop is still waiting for the stores (one a second): the case under test"
+    );
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let mut code = None;
+    wait_until(
+        "exit after the second SIGTERM",
+        Duration::from_secs(30),
+        || {
+            code = child.try_wait().unwrap().map(|status| status.code());
+            code.is_some()
+        },
+    );
+    assert_eq!(code, Some(Some(1)), "a forced stop exits 1:\n{}", log());
+    assert!(log().contains("exiting before every store was closed"));
+}

@@ -115,6 +115,11 @@ impl Engine {
         self.shutdown();
     }
 
+    /// Counts what `stop` still waits for, from another thread while it waits.
+    pub fn stop_progress(&self) -> StopProgress {
+        StopProgress(self.tasks.clone())
+    }
+
     fn shutdown(&mut self) {
         let Some(runtime) = self.runtime.take() else {
             return;
@@ -124,6 +129,16 @@ impl Engine {
         // Every task has finished; what is left are blocking calls nobody waits for any more.
         runtime.shutdown_background();
         self.board.restore_alive.store(false, Relaxed);
+    }
+}
+
+/// What a stopping engine still waits for.
+pub struct StopProgress(Tasks);
+
+impl StopProgress {
+    /// Tasks not finished: mostly store partitions still committing, flushing and closing.
+    pub fn unfinished(&self) -> usize {
+        self.0.unfinished()
     }
 }
 

@@ -121,6 +121,11 @@ impl Tasks {
         });
     }
 
+    /// Tasks not finished yet: while stopping, the store partitions still closing.
+    pub fn unfinished(&self) -> usize {
+        *self.running.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Blocks until every task has finished. Callable from anywhere, an async context included.
     pub fn wait(&self) {
         let (count, done) = &*self.running;
