@@ -143,7 +143,7 @@ impl Service {
                 _ = tokio::time::sleep(STOP_REPORT_EVERY) => tracing::warn!(
                     unfinished = progress.unfinished(),
                     "stopping: store partitions are still committing, flushing and closing; a \
-                     second SIGTERM or SIGINT exits now and leaves them as a crash would"
+                     SIGTERM or SIGINT now exits at once and leaves them as a crash would"
                 ),
             }
         };

@@ -5,7 +5,7 @@ mod common;
 
 use common::background::{producer, Running};
 use common::{fold, free_port, http_get, read_store, wait_until, write_config, Broker};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -130,43 +130,69 @@ fn sigkill_during_restore_and_tailing_loses_nothing() {
     );
 }
 
+/// `warmstore run` on one store over a changelog of `partitions` partitions of `records` records
+/// each, started and warm (`/readyz` 200). `restore` adds lines to the config's `restore:` section.
+struct Warm {
+    broker: Broker,
+    dir: tempfile::TempDir,
+    addr: String,
+    config: PathBuf,
+    log_file: PathBuf,
+}
+
+impl Warm {
+    fn start(topic: &str, partitions: i32, records: usize, restore: &str) -> (Warm, Running) {
+        let mut broker = Broker::new();
+        broker.create_topic(topic, partitions);
+        broker.produce_changelog(topic, partitions, records, 8);
+        let dir = tempfile::tempdir().unwrap();
+        let addr = format!("127.0.0.1:{}", free_port());
+        let stores = format!("  - name: s\n    changelog: {topic}\n");
+        let restore = format!("  ready_max_lag: 0\n{restore}");
+        let config = write_config(dir.path(), &broker.bootstrap, &addr, &stores, &restore);
+        let log_file = dir.path().join("warmstore.log");
+        let warm = Warm {
+            broker,
+            dir,
+            addr,
+            config,
+            log_file,
+        };
+        let child = warm.restart();
+        (warm, child)
+    }
+
+    /// Starts the process (again) and waits until it is warm.
+    fn restart(&self) -> Running {
+        let child = start(&self.config, &self.log_file);
+        wait_until("/readyz 200", Duration::from_secs(120), || {
+            http_get(&self.addr, "/readyz").0 == 200
+        });
+        child
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_file).unwrap_or_default()
+    }
+}
+
 #[test]
 fn sigkill_with_the_wipe_policy_rebuilds_and_says_why() {
-    let mut broker = Broker::new();
-    broker.create_topic("eos", 2);
-    broker.produce_changelog("eos", 2, 500, 8);
-    let dir = tempfile::tempdir().unwrap();
-    let addr = format!("127.0.0.1:{}", free_port());
-    let stores = "  - name: s\n    changelog: eos\n";
-    let config = write_config(
-        dir.path(),
-        &broker.bootstrap,
-        &addr,
-        stores,
-        "  ready_max_lag: 0\n  on_unclean_shutdown: wipe\n",
-    );
-    let log_file = dir.path().join("warmstore.log");
-    let mut child = start(&config, &log_file);
-    wait_until("first catch-up", Duration::from_secs(60), || {
-        http_get(&addr, "/readyz").0 == 200
-    });
+    let (warm, mut child) = Warm::start("eos", 2, 500, "  on_unclean_shutdown: wipe\n");
     child.kill().unwrap();
     child.wait().unwrap();
 
-    let child = start(&config, &log_file);
-    wait_until("catch-up after the wipe", Duration::from_secs(60), || {
-        http_get(&addr, "/readyz").0 == 200
-    });
+    let child = warm.restart();
     assert_eq!(sigterm_and_wait(child), Some(0));
-    let text = std::fs::read_to_string(&log_file).unwrap();
+    let text = warm.log();
     assert!(
         text.contains("wiping store") && text.contains("unclean_shutdown"),
         "{text}"
     );
     for p in 0..2 {
-        let (applied, data) = read_store(&dir.path().join("state"), "s", "eos", p);
+        let (applied, data) = read_store(&warm.dir.path().join("state"), "s", "eos", p);
         assert_eq!(applied, Some(499));
-        assert_eq!(data, broker.model("eos", p, 0));
+        assert_eq!(data, warm.broker.model("eos", p, 0));
     }
 }
 
@@ -176,51 +202,25 @@ fn sigkill_with_the_wipe_policy_rebuilds_and_says_why() {
 /// says what it waits for, and a second SIGTERM exits 1 at once.
 #[test]
 fn a_stop_that_cannot_flush_says_so_and_a_second_sigterm_exits() {
-    const STUCK_PARTITIONS: i32 = 60;
-    let mut broker = Broker::new();
-    broker.create_topic("stuck", STUCK_PARTITIONS);
-    broker.produce_changelog("stuck", STUCK_PARTITIONS, 20, 3);
-    let dir = tempfile::tempdir().unwrap();
-    let addr = format!("127.0.0.1:{}", free_port());
-    let stores = "  - name: s\n    changelog: stuck\n";
-    let config = write_config(
-        dir.path(),
-        &broker.bootstrap,
-        &addr,
-        stores,
-        "  ready_max_lag: 0\n",
-    );
-    let log_file = dir.path().join("warmstore.log");
-    let mut child = start(&config, &log_file);
-    wait_until("/readyz 200", Duration::from_secs(120), || {
-        http_get(&addr, "/readyz").0 == 200
-    });
+    let (warm, child) = Warm::start("stuck", 60, 20, "");
     // Every store's closing flush now fails: its directory is gone.
-    let state = dir.path().join("state");
+    let state = warm.dir.path().join("state");
     wait_until(
         "the state directory removed",
         Duration::from_secs(10),
         || std::fs::remove_dir_all(&state).is_ok() || !state.exists(),
     );
-    let log = || std::fs::read_to_string(&log_file).unwrap_or_default();
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     wait_until("the stop to say it waits", Duration::from_secs(60), || {
-        log().contains("stopping: store partitions are still committing")
+        warm.log()
+            .contains("stopping: store partitions are still committing")
     });
+    let mut child = child;
     assert!(
         child.try_wait().unwrap().is_none(),
         "the stop is still waiting for the stores (one a second): the case under test"
     );
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let mut code = None;
-    wait_until(
-        "exit after the second SIGTERM",
-        Duration::from_secs(30),
-        || {
-            code = child.try_wait().unwrap().map(|status| status.code());
-            code.is_some()
-        },
-    );
-    assert_eq!(code, Some(Some(1)), "a forced stop exits 1:\n{}", log());
-    assert!(log().contains("exiting before every store was closed"));
+    let code = sigterm_and_wait(child);
+    assert_eq!(code, Some(1), "a forced stop exits 1:\n{}", warm.log());
+    assert!(warm.log().contains("exiting before every store was closed"));
 }

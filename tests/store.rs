@@ -525,7 +525,7 @@ fn allocated_and_written(dir: &Path) -> (u64, u64) {
 #[test]
 fn an_open_store_takes_the_disk_its_files_hold_not_more() {
     let dir = tempfile::tempdir().unwrap();
-    let mut store = open_with_options(dir.path(), &StoreOptions::default());
+    let (mut store, _) = open(dir.path());
     for i in 0..1000u32 {
         store.put(&i.to_be_bytes(), &[7; 100], 0).unwrap();
     }
