@@ -162,6 +162,7 @@ fn demo_config(bootstrap: String, state_dir: &Path, listen: SocketAddr) -> Confi
         http: HttpConfig { listen },
         restore: RestoreConfig::default(),
         rocksdb: Default::default(),
+        assignment: Default::default(),
         stores: vec![StoreConfig::new(STORE, TOPIC, None)],
     }
 }

@@ -14,7 +14,10 @@ use crate::store::options::{
 use crate::store::{RocksDbOverrides, StoreOptions};
 use crate::units::{ByteSize, HumanDuration};
 
+mod assignment;
 mod stores;
+use assignment::RawAssignment;
+pub use assignment::{Assignment, GroupConfig, DEFAULT_KEEP_UNASSIGNED, INSTANCE_ID_ENV};
 use stores::RawStore;
 pub use stores::{validate_store_name, StoreConfig, StoreNameProblem};
 
@@ -45,6 +48,7 @@ pub struct Config {
     pub http: HttpConfig,
     pub restore: RestoreConfig,
     pub rocksdb: RocksDbOverrides,
+    pub assignment: Assignment,
     pub stores: Vec<StoreConfig>,
 }
 
@@ -92,6 +96,10 @@ pub enum ConfigProblem {
     KafkaValue { key: String },
     #[error("kafka.bootstrap.servers is required (or set {BOOTSTRAP_ENV})")]
     NoBootstrapServers,
+    #[error("assignment.{field} is only for `mode: group`")]
+    OnlyGroupMode { field: &'static str },
+    #[error("assignment.group_id is required with `mode: group`: the processes that share the partitions join this consumer group")]
+    NoGroupId,
     #[error("stores: at least one store is required")]
     NoStores,
     #[error("restore.{field} must be greater than 0")]
@@ -143,6 +151,10 @@ struct RawConfig {
     restore: RawRestore,
     #[serde(default)]
     rocksdb: RocksDbOverrides,
+    /// which partitions this process restores: every configured one, or those a consumer group
+    /// assigns it
+    #[serde(default)]
+    assignment: RawAssignment,
     #[serde(default)]
     stores: Vec<RawStore>,
 }
@@ -215,6 +227,9 @@ impl Config {
         config
             .kafka
             .extend(kafka_properties_from_env(std::env::vars()));
+        config.assignment = config
+            .assignment
+            .with_instance_override(std::env::var(INSTANCE_ID_ENV).ok());
         Ok(config)
     }
 
@@ -268,6 +283,7 @@ impl Config {
             }),
             restore,
             rocksdb: raw.rocksdb,
+            assignment: raw.assignment.into_assignment()?,
             stores: raw
                 .stores
                 .into_iter()

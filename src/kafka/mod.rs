@@ -13,4 +13,5 @@
 //! up to twice as slow with 4 turns, and 4.5 times with 1 (docs/restore.md).
 
 pub mod consumers;
+pub mod group;
 pub mod statistics;

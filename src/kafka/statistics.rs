@@ -9,7 +9,7 @@ use serde::Deserialize;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicI64};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, Weak};
 
 use super::consumers::Role;
 use crate::observe::status::Board;
@@ -53,8 +53,9 @@ impl Watermarks {
     }
 }
 
-/// The cells of one topic partition: two stores may read one changelog.
-type CellsOf = Vec<Arc<Watermarks>>;
+/// The cells of one topic partition: two stores may read one changelog. Held weakly: a store
+/// partition that stops (revoked in group mode) drops its cell, and a later one registers anew.
+type CellsOf = Vec<Weak<Watermarks>>;
 
 /// Every partition's `Watermarks`, by topic and partition.
 #[derive(Debug, Default)]
@@ -67,10 +68,9 @@ impl WatermarkCells {
     pub fn register(&self, topic: &str, partition: i32) -> Arc<Watermarks> {
         let cell = Arc::new(Watermarks::new());
         if let Ok(mut cells) = self.cells.write() {
-            cells
-                .entry((topic.to_string(), partition))
-                .or_default()
-                .push(cell.clone());
+            let of = cells.entry((topic.to_string(), partition)).or_default();
+            of.retain(|c| c.strong_count() > 0);
+            of.push(Arc::downgrade(&cell));
         }
         cell
     }
@@ -82,6 +82,7 @@ impl WatermarkCells {
             cells
                 .values()
                 .flatten()
+                .filter_map(Weak::upgrade)
                 .any(|cell| cell.catching_up.load(Relaxed))
         })
     }
@@ -90,7 +91,11 @@ impl WatermarkCells {
         self.cells
             .read()
             .ok()
-            .and_then(|cells| cells.get(&(topic.to_string(), partition)).cloned())
+            .and_then(|cells| {
+                cells
+                    .get(&(topic.to_string(), partition))
+                    .map(|of| of.iter().filter_map(Weak::upgrade).collect())
+            })
             .unwrap_or_default()
     }
 }

@@ -90,11 +90,14 @@ async fn stores(State(state): State<AppState>) -> Response {
         .iter()
         .map(|p| p.snapshot())
         .collect();
-    Json(serde_json::json!({
+    let mut body = serde_json::json!({
         "partitions": rows,
         "store_errors": state.board.store_errors(),
-    }))
-    .into_response()
+    });
+    if let Some(group) = state.board.group() {
+        body["group"] = serde_json::json!(group);
+    }
+    Json(body).into_response()
 }
 
 /// Binds first (so a taken port is reported before anything else starts), then serves until

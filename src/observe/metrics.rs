@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::observe::group::RebalanceKind;
 use crate::observe::status::{Board, PartitionState, PartitionStatus};
 use crate::restore::policy;
 use crate::store::dirty::WipeReason;
@@ -283,6 +284,7 @@ impl Collector for BoardCollector {
             family.set_metric(histograms);
             families.push(family);
         }
+        families.extend(process_families(&self.board));
         let mut ready = MetricFamily::default();
         ready.set_name("warmstore_ready".into());
         ready.set_help("1 when /readyz answers 200".into());
@@ -296,6 +298,70 @@ impl Collector for BoardCollector {
         families.push(ready);
         families
     }
+}
+
+/// A family of one unlabelled series, or one series per label value.
+fn family(
+    name: &str,
+    help: &str,
+    kind: MetricType,
+    samples: Vec<(Option<(&str, &str)>, f64)>,
+) -> MetricFamily {
+    let mut family = MetricFamily::default();
+    family.set_name(name.to_string());
+    family.set_help(help.to_string());
+    family.set_field_type(kind);
+    family.set_metric(
+        samples
+            .into_iter()
+            .map(|(l, v)| sample(l.map(|(k, v)| label(k, v)).into_iter().collect(), kind, v))
+            .collect(),
+    );
+    family
+}
+
+const ASSIGNED_PARTITIONS: (&str, &str) = (
+    "warmstore_assigned_partitions",
+    "Store partitions this process restores (in group mode, those the consumer group assigned it)",
+);
+const REBALANCES: (&str, &str) = (
+    "warmstore_rebalances_total",
+    "Consumer group rebalances seen by this process, by kind (group mode)",
+);
+const SINCE_REBALANCE: (&str, &str) = (
+    "warmstore_seconds_since_rebalance",
+    "Seconds since the consumer group last rebalanced (group mode; absent before the first)",
+);
+
+/// The process's own series: what it owns and, in group mode, how the group moves.
+fn process_families(board: &Board) -> Vec<MetricFamily> {
+    let owned = board
+        .partitions()
+        .iter()
+        .filter(|p| p.state() != PartitionState::Unassigned)
+        .count();
+    let (name, help) = ASSIGNED_PARTITIONS;
+    let mut families = vec![family(
+        name,
+        help,
+        MetricType::GAUGE,
+        vec![(None, owned as f64)],
+    )];
+    let Some(group) = board.group() else {
+        return families;
+    };
+    let (name, help) = REBALANCES;
+    let by_kind = RebalanceKind::ALL
+        .iter()
+        .map(|k| (Some(("kind", k.label())), group.rebalances(*k) as f64))
+        .collect();
+    families.push(family(name, help, MetricType::COUNTER, by_kind));
+    if let Some(last) = group.last_rebalance {
+        let (name, help) = SINCE_REBALANCE;
+        let since = last.elapsed().as_secs_f64();
+        families.push(family(name, help, MetricType::GAUGE, vec![(None, since)]));
+    }
+    families
 }
 
 /// The registry behind `/metrics`: the board's families plus the process collector.
@@ -316,6 +382,13 @@ pub fn registry(board: Arc<Board>, ready_max_lag: u64) -> Registry {
             .ok()
         })
         .collect();
+    for ((name, help), labels) in [
+        (ASSIGNED_PARTITIONS, vec![]),
+        (REBALANCES, vec!["kind".to_string()]),
+        (SINCE_REBALANCE, vec![]),
+    ] {
+        descs.extend(Desc::new(name.into(), help.into(), labels, Default::default()).ok());
+    }
     descs.extend(
         Desc::new(
             "warmstore_ready".into(),

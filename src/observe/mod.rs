@@ -2,6 +2,7 @@
 //! readiness rule), the Prometheus metrics computed from it, the HTTP endpoints that serve both,
 //! and the logs.
 
+pub mod group;
 pub mod http;
 pub mod logging;
 pub mod metrics;

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 
+use super::group::GroupView;
 use crate::store::dirty::WipeReason;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -18,15 +19,18 @@ pub enum PartitionState {
     Restoring,
     CaughtUp,
     Failed,
+    /// Group mode: revoked, closed, and kept on disk for `keep_unassigned`.
+    Unassigned,
 }
 
 impl PartitionState {
-    pub const ALL: [PartitionState; 5] = [
+    pub const ALL: [PartitionState; 6] = [
         PartitionState::Opening,
         PartitionState::Wiping,
         PartitionState::Restoring,
         PartitionState::CaughtUp,
         PartitionState::Failed,
+        PartitionState::Unassigned,
     ];
 
     pub fn label(self) -> &'static str {
@@ -36,6 +40,7 @@ impl PartitionState {
             PartitionState::Restoring => "restoring",
             PartitionState::CaughtUp => "caught_up",
             PartitionState::Failed => "failed",
+            PartitionState::Unassigned => "unassigned",
         }
     }
 
@@ -229,6 +234,8 @@ pub struct Board {
     kafka_client_error: Mutex<Option<String>>,
     /// Cleared when the restore engine stops or dies; `/livez` reports it.
     pub restore_alive: AtomicBool,
+    /// Group mode's view of the consumer group; `None` in `mode: all`.
+    group: Mutex<Option<GroupView>>,
 }
 
 impl Board {
@@ -250,6 +257,42 @@ impl Board {
         if let Ok(mut partitions) = self.partitions.write() {
             partitions.push(status);
         }
+    }
+
+    /// The partition of `store` on the board, if it is (group mode starts a partition again after
+    /// it was revoked, and its counters go on).
+    pub fn find(&self, store: &str, partition: i32) -> Option<Arc<PartitionStatus>> {
+        let partitions = self.partitions.read().ok()?;
+        partitions
+            .iter()
+            .find(|p| p.store == store && p.partition == partition)
+            .cloned()
+    }
+
+    /// Takes a partition off the board, and so its series off `/metrics`: its store is deleted.
+    pub fn remove(&self, store: &str, partition: i32) {
+        if let Ok(mut partitions) = self.partitions.write() {
+            partitions.retain(|p| !(p.store == store && p.partition == partition));
+        }
+    }
+
+    pub fn join_group(&self, group: GroupView) {
+        if let Ok(mut slot) = self.group.lock() {
+            *slot = Some(group);
+        }
+    }
+
+    /// Changes the group's view, in group mode.
+    pub fn with_group(&self, change: impl FnOnce(&mut GroupView)) {
+        if let Ok(mut slot) = self.group.lock() {
+            if let Some(group) = slot.as_mut() {
+                change(group);
+            }
+        }
+    }
+
+    pub fn group(&self) -> Option<GroupView> {
+        self.group.lock().ok().and_then(|g| g.clone())
     }
 
     pub fn partitions(&self) -> Vec<Arc<PartitionStatus>> {
@@ -346,6 +389,9 @@ pub struct NotReady {
 pub struct Readiness {
     pub ready: bool,
     pub not_ready: Vec<NotReady>,
+    /// Why a ready process holds nothing, when it does (group mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// Why one partition is not ready, from its state and lag; `None` when it is ready.
@@ -359,6 +405,7 @@ pub fn not_ready_reason(snapshot: &PartitionSnapshot, ready_max_lag: u64) -> Opt
         PartitionState::Opening => {
             Some("opening: reading the store and the changelog's offsets".into())
         }
+        PartitionState::Unassigned => None,
         PartitionState::Restoring | PartitionState::CaughtUp => match snapshot.lag {
             None => Some("restoring: end offset not known yet".into()),
             Some(lag) if snapshot.waiting && lag as u64 > ready_max_lag => Some(format!(
@@ -401,6 +448,16 @@ impl Board {
                 });
             }
         }
+        let group = self.group();
+        if let Some(reason) = group.as_ref().and_then(GroupView::not_ready_reason) {
+            not_ready.push(NotReady {
+                store: String::new(),
+                topic: None,
+                partition: None,
+                reason,
+                failed: false,
+            });
+        }
         let partitions = self.partitions();
         for status in &partitions {
             let snapshot = status.snapshot();
@@ -414,7 +471,7 @@ impl Board {
                 });
             }
         }
-        if partitions.is_empty() && not_ready.is_empty() {
+        if partitions.is_empty() && not_ready.is_empty() && group.is_none() {
             not_ready.push(NotReady {
                 store: String::new(),
                 topic: None,
@@ -423,9 +480,16 @@ impl Board {
                 failed: false,
             });
         }
+        let ready = not_ready.is_empty();
+        let owns_none = partitions
+            .iter()
+            .all(|p| p.state() == PartitionState::Unassigned);
         Readiness {
-            ready: not_ready.is_empty(),
+            ready,
             not_ready,
+            note: group
+                .filter(|_| ready && owns_none)
+                .and_then(|g| g.idle_note()),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The restore engine: every configured store partition consumed into its own store, resumed from
 //! the offset inside the store, rebuilt when dirty, then tailed as a warm standby.
 
+mod ownership;
 pub mod phase;
 pub mod policy;
 mod tasks;
@@ -12,10 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 
-use crate::config::{Config, StoreConfig};
+use crate::config::{Assignment, Config, StoreConfig};
 use crate::kafka::consumers::{self, ChangelogConsumer};
 use crate::kafka::statistics::WatermarkCells;
-use crate::observe::status::{Board, PartitionStatus};
+use crate::observe::status::{Board, PartitionState, PartitionStatus};
 use crate::store::{StoreOptions, StorePaths, TopicPartition};
 use tasks::{blocking, Stop, StopHandle, Tasks};
 use worker::{LaneQueue, Worker};
@@ -30,10 +31,15 @@ pub enum EngineError {
     Consumer(#[from] rdkafka::error::KafkaError),
     #[error("cannot start the restore runtime: {0}")]
     Runtime(#[from] std::io::Error),
+    #[error("cannot start the consumer group member's thread: {0}")]
+    MemberThread(std::io::Error),
 }
 
 /// A running engine. `stop` (or drop) closes every store cleanly.
 pub struct Engine {
+    /// Group mode's member thread: it ends once the stop is requested, after the group member
+    /// has closed.
+    member: Option<std::thread::JoinHandle<()>>,
     stop: StopHandle,
     runtime: Option<tokio::runtime::Runtime>,
     tasks: Tasks,
@@ -83,26 +89,36 @@ impl Engine {
             });
         }
 
-        for store in &config.stores {
-            board.expect_store(&store.name);
-        }
-        for store in &config.stores {
-            let setup = StoreSetup {
-                store: store.clone(),
-                config: config.clone(),
-                tailing: tailing.clone(),
-                catching_up: catching_up.clone(),
-                board: board.clone(),
-                stop: stop.clone(),
-                tasks: tasks.clone(),
-                turns: turns.clone(),
-                watermarks: watermarks.clone(),
-                descriptor_limit,
-                options: options.clone(),
-            };
-            tasks.spawn(format!("store {}", store.name), setup.run());
-        }
+        let launcher = Launcher {
+            config: config.clone(),
+            tailing,
+            catching_up,
+            board: board.clone(),
+            stop: stop.clone(),
+            tasks: tasks.clone(),
+            turns,
+            watermarks,
+            descriptor_limit,
+            options,
+        };
+        let member = match &config.assignment {
+            Assignment::All => {
+                for store in &config.stores {
+                    board.expect_store(&store.name);
+                }
+                for store in &config.stores {
+                    let setup = StoreSetup {
+                        store: store.clone(),
+                        launcher: launcher.clone(),
+                    };
+                    tasks.spawn(format!("store {}", store.name), setup.run());
+                }
+                None
+            }
+            Assignment::Group(group) => Some(ownership::join(config, group, launcher, stop)?),
+        };
         Ok(Engine {
+            member,
             stop: stop_handle,
             runtime: Some(runtime),
             tasks,
@@ -125,6 +141,11 @@ impl Engine {
             return;
         };
         self.stop.request();
+        if let Some(member) = self.member.take() {
+            if member.join().is_err() {
+                tracing::error!("the consumer group member panicked");
+            }
+        }
         self.tasks.wait();
         // Every task has finished; what is left are blocking calls nobody waits for any more.
         runtime.shutdown_background();
@@ -148,10 +169,9 @@ impl Drop for Engine {
     }
 }
 
-/// Resolves one store's partitions (retrying while the topic is missing), then runs a worker per
-/// partition. A missing topic fails this store only.
-struct StoreSetup {
-    store: StoreConfig,
+/// What every store partition's task is started with, shared by all of them; `start` runs one.
+#[derive(Clone)]
+struct Launcher {
     config: Config,
     tailing: Arc<ChangelogConsumer>,
     catching_up: Arc<ChangelogConsumer>,
@@ -165,64 +185,86 @@ struct StoreSetup {
     options: StoreOptions,
 }
 
-impl StoreSetup {
-    async fn run(self) {
-        let Some(partitions) = self.resolve_partitions().await else {
-            return;
-        };
-        for partition in partitions {
-            let tp = TopicPartition::new(&self.store.changelog, partition);
-            let paths = StorePaths::for_layout(
-                &self.config.state_dir,
-                &self.store.layout,
-                &self.store.name,
-                partition,
-            );
+/// A running store partition: asked to stop by `stop`; `done` disconnects once its store is closed.
+struct Running {
+    stop: StopHandle,
+    done: std::sync::mpsc::Receiver<()>,
+}
+
+impl Running {
+    /// Asks the partition to commit, flush and close, and waits until it has.
+    fn close(self) {
+        self.stop.request();
+        let _ = self.done.recv();
+    }
+}
+
+impl Launcher {
+    /// Puts the partition on the board (again, if it was there before) and starts its task; `None`
+    /// when its queues cannot be made, which the board then shows as the partition's failure.
+    fn start(&self, store: &StoreConfig, partition: i32) -> Option<Running> {
+        let tp = TopicPartition::new(&store.changelog, partition);
+        let paths = StorePaths::for_layout(
+            &self.config.state_dir,
+            &store.layout,
+            &store.name,
+            partition,
+        );
+        let status = self.board.find(&store.name, partition).unwrap_or_else(|| {
             let status = Arc::new(PartitionStatus::new(
-                &self.store.name,
+                &store.name,
                 &tp.topic,
                 partition,
                 paths.db.clone(),
             ));
             self.board.add(status.clone());
-            // Split before assigning, so no record of this partition reaches a main queue.
-            let wake = Arc::new(Notify::new());
-            let lane = |consumer: &Arc<ChangelogConsumer>| {
-                let mut queue = consumer.split_partition_queue(&tp.topic, partition)?;
-                let wake = wake.clone();
-                queue.set_nonempty_callback(move || wake.notify_one());
-                Some(LaneQueue {
-                    consumer: consumer.clone(),
-                    queue,
-                })
-            };
-            let (Some(tailing), Some(catching_up)) = (lane(&self.tailing), lane(&self.catching_up))
-            else {
-                status.set_state(
-                    crate::observe::status::PartitionState::Failed,
-                    Some(format!("cannot create a queue for {tp}")),
-                );
-                continue;
-            };
-            let worker = Worker {
-                watermarks: self.watermarks.register(&tp.topic, partition),
-                tailing,
-                catching_up,
-                status,
-                board: self.board.clone(),
-                tp,
-                paths,
-                options: self.options.clone(),
-                restore: self.config.restore.clone(),
-                stop: self.stop.clone(),
-                wake,
-                turns: self.turns.clone(),
-            };
-            self.tasks
-                .spawn(format!("{}-{partition}", self.store.name), worker.run());
-        }
-        self.board.store_resolved(&self.store.name);
-        self.check_descriptors();
+            status
+        });
+        status.set_state(PartitionState::Opening, None);
+        // Split before assigning, so no record of this partition reaches a main queue.
+        let wake = Arc::new(Notify::new());
+        let lane = |consumer: &Arc<ChangelogConsumer>| {
+            let mut queue = consumer.split_partition_queue(&tp.topic, partition)?;
+            let wake = wake.clone();
+            queue.set_nonempty_callback(move || wake.notify_one());
+            Some(LaneQueue {
+                consumer: consumer.clone(),
+                queue,
+            })
+        };
+        let (Some(tailing), Some(catching_up)) = (lane(&self.tailing), lane(&self.catching_up))
+        else {
+            status.set_state(
+                PartitionState::Failed,
+                Some(format!("cannot create a queue for {tp}")),
+            );
+            return None;
+        };
+        let (stop_handle, stop) = self.stop.child();
+        let worker = Worker {
+            watermarks: self.watermarks.register(&tp.topic, partition),
+            tailing,
+            catching_up,
+            status,
+            board: self.board.clone(),
+            tp,
+            paths,
+            options: self.options.clone(),
+            restore: self.config.restore.clone(),
+            stop,
+            wake,
+            turns: self.turns.clone(),
+        };
+        let (done_tx, done) = std::sync::mpsc::channel::<()>();
+        self.tasks
+            .spawn(format!("{}-{partition}", store.name), async move {
+                worker.run().await;
+                drop(done_tx);
+            });
+        Some(Running {
+            stop: stop_handle,
+            done,
+        })
     }
 
     /// Warns when the stores known so far may need more descriptors than the process may open.
@@ -239,6 +281,27 @@ impl StoreSetup {
                 "the open stores may need more file descriptors than the process may open; raise the limit (ulimit -n) or lower rocksdb.max_open_files");
         }
     }
+}
+
+/// Resolves one store's partitions (retrying while the topic is missing), then starts each: what
+/// `mode: all` does for every configured store. A missing topic fails this store only.
+struct StoreSetup {
+    store: StoreConfig,
+    launcher: Launcher,
+}
+
+impl StoreSetup {
+    async fn run(self) {
+        let Some(partitions) = self.resolve_partitions().await else {
+            return;
+        };
+        for partition in partitions {
+            // The engine's own stop ends the partition; its handle is not needed.
+            let _ = self.launcher.start(&self.store, partition);
+        }
+        self.launcher.board.store_resolved(&self.store.name);
+        self.launcher.check_descriptors();
+    }
 
     async fn resolve_partitions(&self) -> Option<Vec<i32>> {
         if let Some(partitions) = &self.store.partitions {
@@ -246,25 +309,27 @@ impl StoreSetup {
         }
         let mut attempt = 0;
         loop {
-            let (consumer, topic) = (self.tailing.clone(), self.store.changelog.clone());
+            let (consumer, topic) = (self.launcher.tailing.clone(), self.store.changelog.clone());
             let request =
                 blocking(move || consumers::partitions_of(&consumer, &topic, METADATA_TIMEOUT));
             match request.await {
                 Ok(partitions) => {
-                    self.board.set_store_error(&self.store.name, None);
+                    self.launcher.board.set_store_error(&self.store.name, None);
                     return Some(partitions);
                 }
                 Err(error) => {
                     let error = format!(
                         "{error}{}",
-                        crate::observe::status::cause_suffix(&self.board.kafka_cause())
+                        crate::observe::status::cause_suffix(&self.launcher.board.kafka_cause())
                     );
                     let delay = policy::backoff(attempt);
                     attempt += 1;
                     tracing::warn!(store = %self.store.name, topic = %self.store.changelog, %error,
                         retry_in_s = delay.as_secs(), "store failed; retrying");
-                    self.board.set_store_error(&self.store.name, Some(error));
-                    if self.stop.sleep(delay).await {
+                    self.launcher
+                        .board
+                        .set_store_error(&self.store.name, Some(error));
+                    if self.launcher.stop.sleep(delay).await {
                         return None;
                     }
                 }

@@ -15,16 +15,27 @@ use crate::observe::status::Board;
 /// count independent of the partitions.
 const BLOCKING_THREADS: usize = 4;
 
-/// Asks every task to stop; held by the engine.
+/// Asks the tasks that watch it to stop; the engine holds one for all, and group mode one per
+/// owned store partition, to let it go when the group revokes it.
 pub struct StopHandle(watch::Sender<bool>);
 
-/// What a task looks at to learn that the engine stops.
+/// What a task looks at to learn that it should stop: the engine stops, or (for a store partition
+/// in group mode) the partition was revoked.
 #[derive(Clone)]
-pub struct Stop(watch::Receiver<bool>);
+pub struct Stop {
+    engine: watch::Receiver<bool>,
+    own: Option<watch::Receiver<bool>>,
+}
 
 pub fn stop_pair() -> (StopHandle, Stop) {
     let (tx, rx) = watch::channel(false);
-    (StopHandle(tx), Stop(rx))
+    (
+        StopHandle(tx),
+        Stop {
+            engine: rx,
+            own: None,
+        },
+    )
 }
 
 impl StopHandle {
@@ -33,15 +44,39 @@ impl StopHandle {
     }
 }
 
+/// Completes once the handle asks; never, once the handle is gone without asking (a partition
+/// whose handle was dropped stops with the engine only).
+async fn wait_for(receiver: &watch::Receiver<bool>) {
+    let mut rx = receiver.clone();
+    if rx.wait_for(|stop| *stop).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
 impl Stop {
+    /// A stop that is requested when this one is, or when its own handle asks.
+    pub fn child(&self) -> (StopHandle, Stop) {
+        let (tx, rx) = watch::channel(false);
+        let stop = Stop {
+            engine: self.engine.clone(),
+            own: Some(rx),
+        };
+        (StopHandle(tx), stop)
+    }
+
     pub fn is_requested(&self) -> bool {
-        *self.0.borrow()
+        *self.engine.borrow() || self.own.as_ref().is_some_and(|own| *own.borrow())
     }
 
     /// Completes once a stop is requested (at once if it already was).
     pub async fn requested(&self) {
-        let mut rx = self.0.clone();
-        let _ = rx.wait_for(|stop| *stop).await;
+        match &self.own {
+            None => wait_for(&self.engine).await,
+            Some(own) => tokio::select! {
+                _ = wait_for(&self.engine) => {}
+                _ = wait_for(own) => {}
+            },
+        }
     }
 
     /// Sleeps for `duration`, or less if a stop is requested; true when it was.
@@ -142,5 +177,32 @@ pub async fn blocking<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'stat
         Ok(value) => value,
         // Cancellation only happens when the runtime shuts down, after every task has finished.
         Err(error) => std::panic::resume_unwind(error.into_panic()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partition_stops_with_its_own_handle_or_the_engine_and_not_when_its_handle_goes() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let (engine, stop) = stop_pair();
+        let (own, partition) = stop.child();
+        let (dropped, orphan) = stop.child();
+        drop(dropped);
+        let short = std::time::Duration::from_millis(20);
+        rt.block_on(async {
+            assert!(!orphan.sleep(short).await, "a dropped handle is not a stop");
+            assert!(!partition.sleep(short).await);
+            own.request();
+            assert!(partition.is_requested() && partition.sleep(short * 100).await);
+            assert!(!stop.is_requested() && !orphan.is_requested());
+            engine.request();
+            assert!(orphan.is_requested() && orphan.sleep(short * 100).await);
+        });
     }
 }

@@ -590,6 +590,26 @@ fn remove_store_dir(path: &Path) -> Result<(), StoreError> {
     result.map_err(io_at(path))
 }
 
+/// Deletes a closed store and its lock and marker: group mode's end of a store revoked long
+/// enough ago. The lock is taken first, so a store that another process has open is left alone.
+/// The marker covers the removal: a crash half-way leaves a store that the next open wipes
+/// (`interrupted_rebuild`) rather than one it trusts.
+pub fn delete(paths: &StorePaths) -> Result<(), StoreError> {
+    let lock = StoreLock::acquire(&paths.lock, &paths.db)?;
+    fs::write(
+        &paths.marker,
+        "deleting: revoked longer than keep_unassigned ago\n",
+    )
+    .map_err(io_at(&paths.marker))?;
+    remove_store_dir(&paths.db)?;
+    fs::remove_file(&paths.marker).map_err(io_at(&paths.marker))?;
+    drop(lock);
+    match fs::remove_file(&paths.lock) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_at(&paths.lock)(e)),
+        _ => Ok(()),
+    }
+}
+
 /// Opens a store read-only, for `inspect` and tests; RocksDB's info log goes to warmstore's log
 /// (`StoreOptions::db_options`), so the store's own files are left exactly as they were.
 ///

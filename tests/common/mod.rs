@@ -449,6 +449,7 @@ pub fn service_config(
             ..Default::default()
         },
         rocksdb: Default::default(),
+        assignment: Default::default(),
         stores,
     }
 }
