@@ -587,3 +587,53 @@ fn the_chart_config_schema_is_the_one_warmstore_generates() {
          WARMSTORE_BLESS=1 cargo test --release --test deploy the_chart_config_schema"
     );
 }
+
+/// The `warmstore.yaml` of a render's ConfigMap.
+fn rendered_config(out: &str) -> String {
+    let doc = out
+        .split("\n---")
+        .find(|doc| doc.contains("warmstore.yaml:"))
+        .expect("the config ConfigMap");
+    let doc: serde_yaml::Value = serde_yaml::from_str(doc).unwrap();
+    doc["data"]["warmstore.yaml"].as_str().unwrap().to_string()
+}
+
+/// More than one replica shares the partitions through a consumer group named after the release,
+/// with each pod's name as its static instance id; one replica, or `mode: all`, restores everything.
+#[test]
+fn replicas_share_partitions_through_a_group_named_after_the_release() {
+    let image = "image.repository=registry.example.com/warmstore";
+    let (ok, one, err) = helm_template(&[image]);
+    assert!(ok, "{err}");
+    assert!(!rendered_config(&one).contains("assignment"), "{one}");
+    let (ok, three, err) = helm_template(&[image, "replicaCount=3"]);
+    assert!(ok, "{err}");
+    let config = rendered_config(&three);
+    let parsed: serde_yaml::Value = serde_yaml::from_str(&config).unwrap();
+    assert_eq!(parsed["assignment"]["mode"], "group", "{config}");
+    assert_eq!(
+        parsed["assignment"]["group_id"], "default-ws-warmstore",
+        "{config}"
+    );
+    assert_warmstore_accepts(&config, "three replicas");
+    assert!(
+        three.contains("name: WARMSTORE_INSTANCE_ID") && three.contains("fieldPath: metadata.name"),
+        "{three}"
+    );
+    let (_, all, _) = helm_template(&[image, "replicaCount=3", "config.assignment.mode=all"]);
+    let config = rendered_config(&all);
+    assert!(
+        config.contains("mode: all") && !config.contains("group_id"),
+        "{config}"
+    );
+    assert_warmstore_accepts(&config, "three full copies");
+    let (ok, two_copies, err) = helm_template_for(
+        "1.31.0",
+        Some("deploy/examples/helm-two-warm-copies.yaml"),
+        &[],
+    );
+    assert!(ok, "{err}");
+    let config = rendered_config(&two_copies);
+    assert!(config.contains("group_id: wordcount-standby"), "{config}");
+    assert_warmstore_accepts(&config, "deploy/examples/helm-two-warm-copies.yaml");
+}
