@@ -317,7 +317,7 @@ fn every_dashboard_and_alert_expression_evaluates_against_real_data() {
     let dashboard = dashboard_expressions();
     assert!(dashboard.len() >= 30, "{dashboard:?}");
     let rules = rule_field("expr");
-    assert_eq!(rules.len(), 8);
+    assert_eq!(rules.len(), 9);
     let rt = runtime();
     rt.block_on(async {
         let service = Service::start(&config).await.unwrap();

@@ -364,6 +364,15 @@ fn three_processes_share_two_changelogs_partition_by_partition() {
             member.instance
         );
         assert!(member.metric("warmstore_rebalances_total", &[("kind", "assign")]) >= Some(1.0));
+        // What the unowned-partitions alert sums and compares.
+        assert_eq!(
+            member.metric("warmstore_group_assigned_partitions", &[]),
+            Some(8.0)
+        );
+        assert_eq!(
+            member.metric("warmstore_group_changelog_partitions", &[]),
+            Some(24.0)
+        );
     }
     for member in &mut members {
         assert_eq!(member.stop(), Some(0), "{}", member.log_text());

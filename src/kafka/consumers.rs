@@ -2,7 +2,7 @@
 //! asks the broker before it opens (its partitions, the build's features).
 
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -170,8 +170,8 @@ pub enum TopicError {
 }
 
 /// Every partition of `topic`, or an error that says why there are none (missing topic).
-pub fn partitions_of(
-    consumer: &ChangelogConsumer,
+pub fn partitions_of<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
     topic: &str,
     timeout: Duration,
 ) -> Result<Vec<i32>, TopicError> {

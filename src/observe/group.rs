@@ -38,6 +38,8 @@ pub struct GroupView {
     /// The changelog partitions the group assigned to this process; `None` until the first
     /// assignment.
     pub assigned: Option<Vec<(String, i32)>>,
+    /// Every partition of the subscribed changelogs, as the broker last listed them.
+    pub changelog_partitions: Option<usize>,
     /// Rebalances by kind, in `RebalanceKind::ALL`'s order.
     #[serde(skip)]
     pub rebalances: [u64; 3],

@@ -328,6 +328,14 @@ const REBALANCES: (&str, &str) = (
     "warmstore_rebalances_total",
     "Consumer group rebalances seen by this process, by kind (group mode)",
 );
+const GROUP_ASSIGNED: (&str, &str) = (
+    "warmstore_group_assigned_partitions",
+    "Changelog partitions the consumer group assigned to this process (group mode)",
+);
+const GROUP_CHANGELOG: (&str, &str) = (
+    "warmstore_group_changelog_partitions",
+    "Every partition of the changelogs the group shares, which its members should own between them (group mode)",
+);
 const SINCE_REBALANCE: (&str, &str) = (
     "warmstore_seconds_since_rebalance",
     "Seconds since the consumer group last rebalanced (group mode; absent before the first)",
@@ -356,6 +364,23 @@ fn process_families(board: &Board) -> Vec<MetricFamily> {
         .map(|k| (Some(("kind", k.label())), group.rebalances(*k) as f64))
         .collect();
     families.push(family(name, help, MetricType::COUNTER, by_kind));
+    let (name, help) = GROUP_ASSIGNED;
+    let assigned = group.assigned.as_ref().map_or(0, Vec::len) as f64;
+    families.push(family(
+        name,
+        help,
+        MetricType::GAUGE,
+        vec![(None, assigned)],
+    ));
+    if let Some(total) = group.changelog_partitions {
+        let (name, help) = GROUP_CHANGELOG;
+        families.push(family(
+            name,
+            help,
+            MetricType::GAUGE,
+            vec![(None, total as f64)],
+        ));
+    }
     if let Some(last) = group.last_rebalance {
         let (name, help) = SINCE_REBALANCE;
         let since = last.elapsed().as_secs_f64();
@@ -385,6 +410,8 @@ pub fn registry(board: Arc<Board>, ready_max_lag: u64) -> Registry {
     for ((name, help), labels) in [
         (ASSIGNED_PARTITIONS, vec![]),
         (REBALANCES, vec!["kind".to_string()]),
+        (GROUP_ASSIGNED, vec![]),
+        (GROUP_CHANGELOG, vec![]),
         (SINCE_REBALANCE, vec![]),
     ] {
         descs.extend(Desc::new(name.into(), help.into(), labels, Default::default()).ok());

@@ -194,6 +194,28 @@ impl Rebalance for Ownership {
     }
 }
 
+/// How often the member counts the partitions of the changelogs it subscribes to.
+const COUNT_PARTITIONS_EVERY: Duration = Duration::from_secs(30);
+const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Every partition of the subscribed changelogs: what the members of the group should own between
+/// them. A partition that nobody owns shows on no member, so each member exports this count and an
+/// alert compares it with the sum of what the members were assigned. `None` if a changelog cannot
+/// be listed (it is then reported by the member's own errors).
+fn changelog_partitions(member: &group::GroupMember, changelogs: &[String]) -> Option<usize> {
+    changelogs.iter().try_fold(
+        0,
+        |total, topic| match crate::kafka::consumers::partitions_of(member, topic, METADATA_TIMEOUT)
+        {
+            Ok(partitions) => Some(total + partitions.len()),
+            Err(error) => {
+                tracing::debug!(%error, "cannot count the changelog's partitions");
+                None
+            }
+        },
+    )
+}
+
 /// Joins the group and starts the thread that serves the member: rebalances, and the deletion of
 /// stores revoked longer than `keep_unassigned` ago. The thread ends once `stop` is requested,
 /// after closing the member (a static member leaves no gap: the group waits for it to return).
@@ -213,16 +235,24 @@ pub(super) fn join(
         keep_unassigned: group.keep_unassigned,
         owned: Mutex::default(),
     });
-    let mut changelogs: Vec<&str> = config.stores.iter().map(|s| s.changelog.as_str()).collect();
+    let mut changelogs: Vec<String> = config.stores.iter().map(|s| s.changelog.clone()).collect();
     changelogs.sort_unstable();
     changelogs.dedup();
-    let member = group::join(&config.kafka, group, &changelogs, ownership.clone())?;
+    let names: Vec<&str> = changelogs.iter().map(String::as_str).collect();
+    let member = group::join(&config.kafka, group, &names, ownership.clone())?;
     tracing::info!(group_id = %group.group_id, instance_id = group.instance_id.as_deref().unwrap_or("(dynamic)"),
         changelogs = changelogs.len(), "joining the consumer group");
     std::thread::Builder::new()
         .name("group-member".into())
         .spawn(move || {
+            let mut counted: Option<Instant> = None;
             while !stop.is_requested() {
+                if counted.is_none_or(|at| at.elapsed() >= COUNT_PARTITIONS_EVERY) {
+                    counted = Some(Instant::now());
+                    if let Some(total) = changelog_partitions(&member, &changelogs) {
+                        board.with_group(|g| g.changelog_partitions = Some(total));
+                    }
+                }
                 if let Some(Err(error)) = member.poll(MEMBER_POLL) {
                     tracing::warn!(%error, "consumer group member");
                     board.with_group(|g| g.error = Some(error.to_string()));
