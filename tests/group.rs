@@ -150,7 +150,17 @@ stores:
         }
     }
 
+    /// Starts the process on a port picked now: one picked when the member was made may have gone
+    /// to a client's connection by the time a late joiner starts.
     fn start(&mut self) {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let text = std::fs::read_to_string(&self.config).unwrap().replace(
+            &format!("listen: {}\n", self.addr),
+            &format!("listen: {addr}\n"),
+        );
+        assert!(text.contains(&addr), "{text}");
+        std::fs::write(&self.config, text).unwrap();
+        self.addr = addr;
         let child = Command::new(env!("CARGO_BIN_EXE_warmstore"))
             .args(["run", "--config", self.config.to_str().unwrap()])
             .env("RUST_LOG", "warmstore=info")
