@@ -84,3 +84,31 @@ fn the_scale_run_produces_every_figure() {
         ],
     );
 }
+
+/// The store benchmark loads and tails each compaction candidate, then opens what each wrote under
+/// the other style and reads back every key (it fails if a key is missing).
+#[test]
+fn the_store_benchmark_produces_every_figure() {
+    let bench = warmstore().parent().unwrap().join("examples/store_load");
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(&bench)
+        .args(["--records", "30000", "--partitions", "2", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", bench.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for candidate in ["leveled", "universal", "bulk"] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("| {candidate} |")))
+            .unwrap_or_else(|| panic!("no {candidate} row in:\n{stdout}"));
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        assert_eq!(cells.len(), 14, "{line}");
+        assert!(!line.contains("NaN"), "{line}");
+    }
+}

@@ -9,6 +9,7 @@ pub mod export;
 pub mod format;
 pub mod layout;
 pub mod lock;
+pub mod maintenance;
 pub mod meta;
 pub mod options;
 
@@ -26,7 +27,7 @@ pub use format::TopicPartition;
 use format::{decode_i64, encode_i64, OFFSETS_CF, STATUS_CLOSED, STATUS_KEY, STATUS_OPEN};
 pub use layout::{Layout, StorePaths, StoreType};
 use lock::StoreLock;
-pub use options::{Compression, RocksDbOverrides, StoreOptions};
+pub use options::{CompactionStyle, Compression, RocksDbOverrides, StoreOptions};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
