@@ -11,7 +11,7 @@ QUIX_TOPIC through the broker process, and the topic is registered with Quix's `
 changelog directly rather than through `changelog_topic()`, which would ask the broker for configs.
 
 usage: python3 bench/quix_peer.py --bootstrap HOST:PORT --topic TOPIC --quix-topic QUIX_TOPIC
-                                  --partitions P --state-dir DIR
+                                  --partitions P --state-dir DIR [--compression CODEC]
 prints: `records=N seconds=S` on the last line.
 """
 
@@ -34,8 +34,9 @@ STREAM = "bench-source"
 STORE = "default"
 
 
-def copy_changelog(bootstrap, source, target, partitions):
-    """Copies every record of `source` into `target` with Quix's column family header."""
+def copy_changelog(bootstrap, source, target, partitions, compression):
+    """Copies every record of `source` into `target` with Quix's column family header, produced
+    with the codec `source` was produced with."""
     reader = RawConsumer(
         {
             "bootstrap.servers": bootstrap,
@@ -49,6 +50,7 @@ def copy_changelog(bootstrap, source, target, partitions):
             "linger.ms": 50,
             "batch.size": 1 << 20,
             "queue.buffering.max.kbytes": 1 << 20,
+            "compression.type": compression,
         }
     )
     ends = {}
@@ -79,6 +81,7 @@ def main():
     args.add_argument("--quix-topic", required=True)
     args.add_argument("--partitions", type=int, required=True)
     args.add_argument("--state-dir", required=True)
+    args.add_argument("--compression", default="none")
     a = args.parse_args()
     logging.getLogger("quixstreams").setLevel(logging.WARNING)
 
@@ -94,7 +97,7 @@ def main():
         create_config=TopicConfig(num_partitions=a.partitions, replication_factor=1),
         topic_type=TopicType.CHANGELOG,
     )
-    copy_changelog(a.bootstrap, a.topic, changelog, a.partitions)
+    copy_changelog(a.bootstrap, a.topic, changelog, a.partitions, a.compression)
     # What Quix will read: the copy as the broker keeps it.
     probe = RawConsumer({"bootstrap.servers": a.bootstrap, "group.id": "bench-quix-probe"})
     records = 0

@@ -1,11 +1,13 @@
 //! The benchmark harness: on one generated changelog, in one invocation, it measures
-//! (a) the fetch limit: librdkafka consuming every partition into nothing,
-//! (b) the write limit: RocksDB loading the same records as WriteBatches with WAL off,
+//! (a) the fetch limit: librdkafka consuming every partition into memory, with its CPU seconds,
+//! (b) the write limit: RocksDB loading the same records as WriteBatches with WAL off, with its CPU,
 //! (c) warmstore from empty to caught up: records/s, CPU seconds per million records, peak RSS,
 //! (d) warmstore resuming after a clean stop with 10% new records,
 //! (e) the peer, Quix Streams' recovery (`bench/quix_peer.py`) on a copy of the same changelog,
 //! and, with `--rss-records N`, (c) again on a changelog of N records for the memory comparison, and
-//! with `--compressed CODEC`, (c) again on the same changelog produced with that codec.
+//! with `--compressed CODEC,...`, (a), (b), (c) and (e) again on the same changelog produced with
+//! each codec. CPU(c) / (CPU(a) + CPU(b)) is the pipeline's overhead: what fetching and writing
+//! together cost beyond each alone.
 //! With `--scale P1,P2,...` it measures only (c) on a changelog of the same records spread over each
 //! partition count, adding what many partitions cost: threads and open descriptors once caught up,
 //! and the CPU of 10 idle seconds of tailing (`--idle-seconds S`); `--baseline BIN` runs another
@@ -15,7 +17,7 @@
 //! is not counted as warmstore's.
 //!
 //! usage: cargo run --release --example bench -- [--records N] [--partitions P] [--value-size B]
-//!        [--rss-records N] [--compressed CODEC] [--kafka key=value ...] [--no-peer]
+//!        [--rss-records N] [--compressed CODEC,...] [--kafka key=value ...] [--no-peer]
 //!        [--scale P1,P2,... [--baseline BIN] [--idle-seconds S]]
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -52,6 +54,8 @@ struct Broker {
     stdin: ChildStdin,
     out: BufReader<std::process::ChildStdout>,
     bootstrap: String,
+    /// The codec the changelog was produced with; the peer's copy is produced with it too.
+    compression: String,
 }
 
 impl Broker {
@@ -101,6 +105,7 @@ impl Broker {
             stdin,
             out,
             bootstrap,
+            compression: compression.to_string(),
         }
     }
 
@@ -480,30 +485,9 @@ fn main() {
     }
     println!("changelog: {records} records, {partitions} partitions, 16-byte keys over {} keys, {value_size}-byte values, 5% tombstones", records / 2);
 
+    let peer = !args.iter().any(|a| a == "--no-peer");
     let mut broker = Broker::start(records, partitions, value_size);
-    let (a_records, a_bytes, a_secs, data) = fetch_limit(&broker.bootstrap, partitions);
-    let a_rate = a_records as f64 / a_secs;
-    println!(
-        "(a) fetch limit: {a_records} records in {a_secs:.2} s = {a_rate:.0} records/s, {:.1} MB/s",
-        a_bytes as f64 / a_secs / 1e6
-    );
-    let b_secs = write_limit(&work.join("write-limit"), &data);
-    drop(data);
-    let b_rate = a_records as f64 / b_secs;
-    println!("(b) write limit: {a_records} records in {b_secs:.2} s = {b_rate:.0} records/s");
-
-    let c = warmstore_run(&broker.bootstrap, &work.join("state"), partitions, &kafka);
-    let c_rate = c.rate();
-    println!("(c) warmstore empty to caught up: {}", c.figures());
-    let e_rate = if args.iter().any(|a| a == "--no-peer") {
-        println!("(e) peer: skipped (--no-peer)");
-        None
-    } else {
-        let (e_records, e_secs) = quix_peer(&mut broker, &work.join("quix"), partitions);
-        let rate = e_records as f64 / e_secs;
-        println!("(e) peer, Quix Streams recovery: {e_records} records in {e_secs:.2} s = {rate:.0} records/s");
-        Some(rate)
-    };
+    let plain = limits(&mut broker, &work, "", partitions, &kafka, peer);
     broker.command(&format!("produce {}", records / 10));
     let d = warmstore_run(&broker.bootstrap, &work.join("state"), partitions, &kafka);
     println!(
@@ -511,27 +495,31 @@ fn main() {
         d.records, d.seconds
     );
     drop(broker);
-    println!("ratio c / min(a, b): {:.2}", c_rate / a_rate.min(b_rate));
-    if let Some(e_rate) = e_rate {
-        println!("ratio c / e: {:.1}", c_rate / e_rate);
-    }
+    plain.print_ratios("");
+    let c = plain.c;
 
-    if let Some(codec) = args
+    // `--compressed zstd,lz4`: the same figures on the changelog produced with each codec.
+    let codecs = args
         .iter()
         .position(|a| a == "--compressed")
         .and_then(|i| args.get(i + 1))
-    {
-        let broker = Broker::start_compressed(records, partitions, value_size, codec);
-        let z = warmstore_run(
-            &broker.bootstrap,
-            &work.join(format!("state-{codec}")),
+        .map(|list| list.split(',').collect::<Vec<_>>())
+        .unwrap_or_default();
+    for codec in codecs {
+        let mut broker = Broker::start_compressed(records, partitions, value_size, codec);
+        let label = format!(" on the {codec} changelog");
+        let z = limits(
+            &mut broker,
+            &work.join(codec),
+            &label,
             partitions,
             &kafka,
+            peer,
         );
+        z.print_ratios(&label);
         println!(
-            "(c) on the {codec} changelog: {}; ratio to uncompressed {:.2}",
-            z.figures(),
-            z.rate() / c_rate
+            "ratio (c){label} / (c) uncompressed: {:.2}",
+            z.c.rate() / c.rate()
         );
     }
 
@@ -553,6 +541,86 @@ fn main() {
     let _ = std::fs::remove_dir_all(&work);
 }
 
+/// (a), (b), (c) and (e) on one changelog.
+struct Limits {
+    a_rate: f64,
+    a_cpu: f64,
+    b_rate: f64,
+    b_cpu: f64,
+    c: Run,
+    e_rate: Option<f64>,
+}
+
+impl Limits {
+    /// The ratios the targets are stated in; `label` names the changelog ("" for the plain one).
+    fn print_ratios(&self, label: &str) {
+        println!(
+            "ratio c / min(a, b){label}: {:.2}",
+            self.c.rate() / self.a_rate.min(self.b_rate)
+        );
+        // What running fetch and write together costs beyond each alone (1.0: nothing).
+        println!(
+            "pipeline overhead{label}, CPU(c) / (CPU(a) + CPU(b)): {:.2}",
+            self.c.cpu_seconds / (self.a_cpu + self.b_cpu)
+        );
+        if let Some(e_rate) = self.e_rate {
+            println!("ratio c / e{label}: {:.1}", self.c.rate() / e_rate);
+        }
+    }
+}
+
+/// Measures and prints (a), (b), (c) and, with `peer`, (e) on the broker's changelog; `label`
+/// names the changelog in every line ("" for the plain one). Stores go under `work`.
+fn limits(
+    broker: &mut Broker,
+    work: &Path,
+    label: &str,
+    partitions: u64,
+    kafka: &[String],
+    peer: bool,
+) -> Limits {
+    std::fs::create_dir_all(work).unwrap();
+    let own_cpu = || proc_figures(std::process::id()).0;
+    let before_a = own_cpu();
+    let (a_records, a_bytes, a_secs, data) = fetch_limit(&broker.bootstrap, partitions);
+    let a_cpu = own_cpu() - before_a;
+    let a_rate = a_records as f64 / a_secs;
+    let per_million = |cpu: f64| cpu / (a_records as f64 / 1e6);
+    println!(
+        "(a) fetch limit{label}: {a_records} records in {a_secs:.2} s = {a_rate:.0} records/s, {:.1} MB/s, {:.2} CPU s per million records",
+        a_bytes as f64 / a_secs / 1e6,
+        per_million(a_cpu)
+    );
+    let before_b = own_cpu();
+    let b_secs = write_limit(&work.join("write-limit"), &data);
+    let b_cpu = own_cpu() - before_b;
+    drop(data);
+    let b_rate = a_records as f64 / b_secs;
+    println!(
+        "(b) write limit{label}: {a_records} records in {b_secs:.2} s = {b_rate:.0} records/s, {:.2} CPU s per million records",
+        per_million(b_cpu)
+    );
+    let c = warmstore_run(&broker.bootstrap, &work.join("state"), partitions, kafka);
+    println!("(c) warmstore empty to caught up{label}: {}", c.figures());
+    let e_rate = if peer {
+        let (e_records, e_secs) = quix_peer(broker, &work.join("quix"), partitions);
+        let rate = e_records as f64 / e_secs;
+        println!("(e) peer, Quix Streams recovery{label}: {e_records} records in {e_secs:.2} s = {rate:.0} records/s");
+        Some(rate)
+    } else {
+        println!("(e) peer{label}: skipped (--no-peer)");
+        None
+    };
+    Limits {
+        a_rate,
+        a_cpu,
+        b_rate,
+        b_cpu,
+        c,
+        e_rate,
+    }
+}
+
 /// (e): `bench/quix_peer.py` copies the changelog into a topic of its own with Quix's header
 /// (untimed), then times Quix's recovery; returns (records, seconds).
 fn quix_peer(broker: &mut Broker, state_dir: &Path, partitions: u64) -> (u64, f64) {
@@ -563,6 +631,7 @@ fn quix_peer(broker: &mut Broker, state_dir: &Path, partitions: u64) -> (u64, f6
         .env("PYTHONWARNINGS", "ignore")
         .arg(&script)
         .args(["--bootstrap", &broker.bootstrap, "--topic", TOPIC])
+        .args(["--compression", &broker.compression])
         .args([
             "--quix-topic",
             QUIX_TOPIC,

@@ -9,7 +9,7 @@ fn warmstore() -> PathBuf {
 }
 
 /// Runs the harness with `args` and asserts it succeeds and prints every one of `figures`.
-fn assert_bench_prints(args: &[&str], baseline: Option<&Path>, figures: &[&str]) {
+fn assert_bench_prints(args: &[&str], baseline: Option<&Path>, figures: &[&str]) -> String {
     let bench = warmstore().parent().unwrap().join("examples/bench");
     let mut command = Command::new(&bench);
     command.args(args);
@@ -28,11 +28,12 @@ fn assert_bench_prints(args: &[&str], baseline: Option<&Path>, figures: &[&str])
     for figure in figures {
         assert!(stdout.contains(figure), "missing `{figure}` in:\n{stdout}");
     }
+    stdout.into_owned()
 }
 
 #[test]
 fn the_harness_produces_every_figure() {
-    assert_bench_prints(
+    let stdout = assert_bench_prints(
         &[
             "--records",
             "20000",
@@ -52,11 +53,24 @@ fn the_harness_produces_every_figure() {
             "(d) warmstore resume with 10% new records: 2000 records",
             "(e) peer, Quix Streams recovery: 20000 records",
             "ratio c / min(a, b):",
+            "pipeline overhead, CPU(c) / (CPU(a) + CPU(b)):",
             "ratio c / e:",
             "(c) at 5000 records: peak RSS",
-            "(c) on the zstd changelog: 20000 records",
+            "(a) fetch limit on the zstd changelog: 20000 records",
+            "(b) write limit on the zstd changelog: 20000 records",
+            "(c) warmstore empty to caught up on the zstd changelog: 20000 records",
+            "(e) peer, Quix Streams recovery on the zstd changelog: 20000 records",
+            "ratio c / min(a, b) on the zstd changelog:",
+            "pipeline overhead on the zstd changelog, CPU(c) / (CPU(a) + CPU(b)):",
+            "ratio c / e on the zstd changelog:",
+            "ratio (c) on the zstd changelog / (c) uncompressed:",
         ],
     );
+    for limit in ["(a) fetch limit", "(b) write limit"] {
+        for line in stdout.lines().filter(|l| l.starts_with(limit)) {
+            assert!(line.ends_with("CPU s per million records"), "{line}");
+        }
+    }
 }
 
 /// `--scale` reports what many partitions cost, for this build and a baseline (here the same
