@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use warmstore::config::{Assignment, GroupConfig, DEFAULT_KEEP_UNASSIGNED};
 use warmstore::observe::status::PartitionState;
 use warmstore::service::Service;
 
@@ -212,6 +213,7 @@ fn the_dashboard_has_the_rows_legends_and_panels_an_operator_needs() {
         rows,
         [
             "Overview",
+            "Group",
             "Restore progress",
             "Lag",
             "Store health",
@@ -229,7 +231,13 @@ fn the_dashboard_has_the_rows_legends_and_panels_an_operator_needs() {
     for panel in &panels {
         for target in panel["targets"].as_array().unwrap() {
             if let Some(legend) = target["legendFormat"].as_str() {
-                assert!(legend.contains("{{pod}}"), "{}: {legend}", panel["title"]);
+                // A figure of the whole group belongs to no pod: its legend names the job.
+                let whole_group = target["expr"]
+                    .as_str()
+                    .unwrap()
+                    .contains("warmstore_group_changelog_partitions");
+                let wanted = if whole_group { "{{job}}" } else { "{{pod}}" };
+                assert!(legend.contains(wanted), "{}: {legend}", panel["title"]);
             } else {
                 assert_eq!(target["format"], "table", "{}", panel["title"]);
             }
@@ -260,7 +268,16 @@ fn the_dashboard_has_the_rows_legends_and_panels_an_operator_needs() {
             "{s:?} unmapped: {state}"
         );
     }
-    for title in ["CPU", "Memory", "State volume used", "Restarts"] {
+    for title in [
+        "CPU",
+        "Memory",
+        "State volume used",
+        "Restarts",
+        "Assigned partitions",
+        "Unowned changelog partitions",
+        "Since last rebalance",
+        "Rebalances",
+    ] {
         titled(title);
     }
     let variables: Vec<&str> = dashboard["templating"]["list"]
@@ -308,12 +325,18 @@ fn every_dashboard_and_alert_expression_evaluates_against_real_data() {
     broker.create_topic("dash", 2);
     broker.produce_changelog("dash", 2, 300, 31);
     let dir = tempfile::tempdir().unwrap();
-    let config = service_config(
+    let mut config = service_config(
         &broker.bootstrap,
         &dir.path().join("state"),
         vec![store("obs", "dash", None)],
         &[],
     );
+    // In group mode, so the group's panels have data too; the others show the same either way.
+    config.assignment = Assignment::Group(GroupConfig {
+        group_id: "dash-standby".to_string(),
+        instance_id: None,
+        keep_unassigned: DEFAULT_KEEP_UNASSIGNED,
+    });
     let dashboard = dashboard_expressions();
     assert!(dashboard.len() >= 30, "{dashboard:?}");
     let rules = rule_field("expr");
