@@ -321,7 +321,8 @@ fn the_chart_ships_the_dashboard_for_the_grafana_sidecar() {
 
 #[test]
 fn every_dashboard_and_alert_expression_evaluates_against_real_data() {
-    let mut broker = Broker::new();
+    // The real broker: in group mode the service joins its group coordinator.
+    let mut broker = Broker::real(&[]);
     broker.create_topic("dash", 2);
     broker.produce_changelog("dash", 2, 300, 31);
     let dir = tempfile::tempdir().unwrap();
