@@ -6,7 +6,8 @@
 //! (e) the peer, Quix Streams' recovery (`bench/quix_peer.py`) on a copy of the same changelog,
 //! and, with `--rss-records N`, (c) again on a changelog of N records for the memory comparison, and
 //! with `--compressed CODEC,...`, (a), (b), (c) and (e) again on the same changelog produced with
-//! each codec. CPU(c) / (CPU(a) + CPU(b)) is the pipeline's overhead: what fetching and writing
+//! each codec, and with `--one-core`, (c) again pinned to the first core (as `taskset -c 0`).
+//! CPU(c) / (CPU(a) + CPU(b)) is the pipeline's overhead: what fetching and writing
 //! together cost beyond each alone.
 //! With `--scale P1,P2,...` it measures only (c) on a changelog of the same records spread over each
 //! partition count, adding what many partitions cost: threads and open descriptors once caught up,
@@ -17,7 +18,7 @@
 //! is not counted as warmstore's.
 //!
 //! usage: cargo run --release --example bench -- [--records N] [--partitions P] [--value-size B]
-//!        [--rss-records N] [--compressed CODEC,...] [--kafka key=value ...] [--no-peer]
+//!        [--rss-records N] [--compressed CODEC,...] [--one-core] [--kafka key=value ...] [--no-peer]
 //!        [--scale P1,P2,... [--baseline BIN] [--idle-seconds S]]
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -275,7 +276,7 @@ fn http_get(addr: &str, path: &str) -> (u16, String) {
 /// (c) and (d): `warmstore run` from spawn to `/readyz` 200 with `ready_max_lag: 0`.
 fn warmstore_run(bootstrap: &str, state_dir: &Path, partitions: u64, kafka: &[String]) -> Run {
     let bin = exe_dir().parent().unwrap().join("warmstore");
-    warmstore_run_with(&bin, bootstrap, state_dir, partitions, kafka, None)
+    warmstore_run_with(&bin, bootstrap, state_dir, partitions, kafka, None, false)
 }
 
 /// Threads (`/proc/PID/status`) and open descriptors (`/proc/PID/fd`) of a process.
@@ -298,6 +299,7 @@ fn warmstore_run_with(
     partitions: u64,
     kafka: &[String],
     idle: Option<Duration>,
+    one_core: bool,
 ) -> Run {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -317,11 +319,24 @@ fn warmstore_run_with(
     )
     .unwrap();
     let started = Instant::now();
-    let mut child = Command::new(bin)
+    let mut command = Command::new(bin);
+    command
         .args(["run", "--config", config.to_str().unwrap()])
-        .env("RUST_LOG", "warn")
-        .spawn()
-        .expect("warmstore is built");
+        .env("RUST_LOG", "warn");
+    if one_core {
+        // As `taskset -c 0`: set before exec, so every thread warmstore starts inherits it.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(0, &mut set);
+                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let mut child = command.spawn().expect("warmstore is built");
     loop {
         let (status, _) = http_get(&addr, "/readyz");
         if status == 200 {
@@ -393,8 +408,15 @@ fn scale(
         let broker = Broker::start(records, partitions, value_size);
         for (name, bin) in &binaries {
             let state = work.join(format!("scale-{partitions}-{}", name.replace(' ', "-")));
-            let run =
-                warmstore_run_with(bin, &broker.bootstrap, &state, partitions, &[], Some(idle));
+            let run = warmstore_run_with(
+                bin,
+                &broker.bootstrap,
+                &state,
+                partitions,
+                &[],
+                Some(idle),
+                false,
+            );
             println!(
                 "(c) {partitions} partitions, {name}: {}; {} threads, {} open fds ({:.1} per partition), idle CPU {:.1}% of a core",
                 run.figures(),
@@ -488,6 +510,26 @@ fn main() {
     let peer = !args.iter().any(|a| a == "--no-peer");
     let mut broker = Broker::start(records, partitions, value_size);
     let plain = limits(&mut broker, &work, "", partitions, &kafka, peer);
+    // Before (d) adds records, so both runs read the same changelog.
+    if args.iter().any(|a| a == "--one-core") {
+        let bin = exe_dir().parent().unwrap().join("warmstore");
+        let state = work.join("state-one-core");
+        let one = warmstore_run_with(
+            &bin,
+            &broker.bootstrap,
+            &state,
+            partitions,
+            &kafka,
+            None,
+            true,
+        );
+        println!("(c) pinned to one core: {}", one.figures());
+        println!(
+            "ratio (c) on {} cores / (c) on one core: {:.2}",
+            num_cpus(),
+            plain.c.rate() / one.rate()
+        );
+    }
     broker.command(&format!("produce {}", records / 10));
     let d = warmstore_run(&broker.bootstrap, &work.join("state"), partitions, &kafka);
     println!(

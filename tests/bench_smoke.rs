@@ -43,6 +43,7 @@ fn the_harness_produces_every_figure() {
             "5000",
             "--compressed",
             "zstd",
+            "--one-core",
         ],
         None,
         &[
@@ -64,6 +65,8 @@ fn the_harness_produces_every_figure() {
             "pipeline overhead on the zstd changelog, CPU(c) / (CPU(a) + CPU(b)):",
             "ratio c / e on the zstd changelog:",
             "ratio (c) on the zstd changelog / (c) uncompressed:",
+            "(c) pinned to one core: 20000 records",
+            "cores / (c) on one core:",
         ],
     );
     for limit in ["(a) fetch limit", "(b) write limit"] {
