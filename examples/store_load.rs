@@ -157,20 +157,6 @@ fn stall_seconds(store: &Store) -> f64 {
         .fold(0.0, |total, part| total * 60.0 + part)
 }
 
-/// Bytes of the regular files under `dir`, every store's directory included.
-fn du(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok())
-        .map(|e| match e.metadata() {
-            Ok(m) if m.is_dir() => du(&e.path()),
-            Ok(m) => m.len(),
-            Err(_) => 0,
-        })
-        .sum()
-}
-
 fn options_for(style: &str) -> StoreOptions {
     let config = Config::parse(
         "kafka:\n  bootstrap.servers: unused:9092\nstores:\n  - name: bench\n    changelog: bench\n",
@@ -257,7 +243,7 @@ fn candidate(style: &str, dir: &Path, records: u64, partitions: u64) {
     let stall: f64 = loaded.iter().map(|l| l.3).sum();
     let first = total as f64 / 10.0 / marks[0].unwrap_or(loaded_at);
     let last = total as f64 / 10.0 / (loaded_at - marks[1].unwrap_or(0.0)).max(1e-3);
-    let size = du(dir);
+    let size: u64 = loaded.iter().map(|l| l.0.disk_bytes()).sum();
 
     // Tailing: 10% more records, committed a hundred at a time.
     let tail_records = records / 10;

@@ -8,27 +8,33 @@ fn warmstore() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_warmstore"))
 }
 
-/// Runs the harness with `args` and asserts it succeeds and prints every one of `figures`.
-fn assert_bench_prints(args: &[&str], baseline: Option<&Path>, figures: &[&str]) -> String {
-    let bench = warmstore().parent().unwrap().join("examples/bench");
-    let mut command = Command::new(&bench);
-    command.args(args);
-    if let Some(baseline) = baseline {
-        command.arg("--baseline").arg(baseline);
-    }
-    let out = command
+/// Runs the example `name` with `args`, asserts it succeeds, and returns what it printed.
+fn run_example(name: &str, args: &[&std::ffi::OsStr]) -> String {
+    let example = warmstore().parent().unwrap().join("examples").join(name);
+    let out = Command::new(&example)
+        .args(args)
         .output()
-        .unwrap_or_else(|e| panic!("{}: {e}", bench.display()));
-    let stdout = String::from_utf8_lossy(&out.stdout);
+        .unwrap_or_else(|e| panic!("{}: {e}", example.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    stdout
+}
+
+/// Runs the harness with `args` and asserts it succeeds and prints every one of `figures`.
+fn assert_bench_prints(args: &[&str], baseline: Option<&Path>, figures: &[&str]) -> String {
+    let mut args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    if let Some(baseline) = baseline {
+        args.extend(["--baseline".as_ref(), baseline.as_os_str()]);
+    }
+    let stdout = run_example("bench", &args);
     for figure in figures {
         assert!(stdout.contains(figure), "missing `{figure}` in:\n{stdout}");
     }
-    stdout.into_owned()
+    stdout
 }
 
 #[test]
@@ -106,18 +112,11 @@ fn the_scale_run_produces_every_figure() {
 /// the other style and reads back every key (it fails if a key is missing).
 #[test]
 fn the_store_benchmark_produces_every_figure() {
-    let bench = warmstore().parent().unwrap().join("examples/store_load");
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(&bench)
-        .args(["--records", "30000", "--partitions", "2", "--dir"])
-        .arg(dir.path())
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e}", bench.display()));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let args = ["--records", "30000", "--partitions", "2", "--dir"].map(std::ffi::OsStr::new);
+    let stdout = run_example(
+        "store_load",
+        &[&args[..], &[dir.path().as_os_str()]].concat(),
     );
     for candidate in ["leveled", "universal", "bulk"] {
         let line = stdout
