@@ -14,12 +14,17 @@
 //! and the CPU of 10 idle seconds of tailing (`--idle-seconds S`); `--baseline BIN` runs another
 //! warmstore binary
 //! (an older build) interleaved with this one, on the same changelog.
+//! With `--large RECORDSxPARTITIONS,...` it measures (a), (c) and (e) on each large changelog, with
+//! (c)'s rate over its first and last 10%, its write amplification and the disk its stores take.
 //! The broker is the mock cluster hosted by the `mock_broker` example in its own process, so its CPU
-//! is not counted as warmstore's.
+//! is not counted as warmstore's. The mock cluster keeps only about 5 MiB per partition; with
+//! `--broker HOST:PORT` the same process fills a topic of an existing Kafka broker instead
+//! (docs/testing.md says how to run one), and deletes it at the end.
 //!
 //! usage: cargo run --release --example bench -- [--records N] [--partitions P] [--value-size B]
 //!        [--rss-records N] [--compressed CODEC,...] [--one-core] [--kafka key=value ...] [--no-peer]
-//!        [--scale P1,P2,... [--baseline BIN] [--idle-seconds S]]
+//!        [--scale P1,P2,... [--baseline BIN] [--idle-seconds S]] [--large RECORDSxPARTITIONS,...]
+//!        [--broker HOST:PORT]
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
@@ -52,26 +57,40 @@ fn exe_dir() -> PathBuf {
 
 struct Broker {
     child: Child,
-    stdin: ChildStdin,
+    /// Closed on drop, so that the broker process deletes the topics it made on a real broker.
+    stdin: Option<ChildStdin>,
     out: BufReader<std::process::ChildStdout>,
     bootstrap: String,
     /// The codec the changelog was produced with; the peer's copy is produced with it too.
     compression: String,
 }
 
+/// The Kafka broker every run reads: the mock cluster by default, or with `--broker HOST:PORT` an
+/// existing Kafka broker, which the `mock_broker` process fills in the same way.
+#[derive(Clone, Copy)]
+struct Source<'a> {
+    real: Option<&'a str>,
+    value_size: u64,
+}
+
 impl Broker {
-    fn start(records: u64, partitions: u64, value_size: u64) -> Broker {
-        Broker::start_compressed(records, partitions, value_size, "none")
+    fn start(source: Source, records: u64, partitions: u64) -> Broker {
+        Broker::start_compressed(source, records, partitions, "none")
     }
 
     /// A broker whose changelog was produced with `compression` (a librdkafka codec name).
     fn start_compressed(
+        source: Source,
         records: u64,
         partitions: u64,
-        value_size: u64,
         compression: &str,
     ) -> Broker {
-        let mut child = Command::new(exe_dir().join("mock_broker"))
+        let value_size = source.value_size;
+        let mut command = Command::new(exe_dir().join("mock_broker"));
+        if let Some(real) = source.real {
+            command.args(["--broker", real]);
+        }
+        let mut child = command
             .args(["--topic", TOPIC, "--records", &records.to_string()])
             .args(["--compression", compression])
             .args([
@@ -103,7 +122,7 @@ impl Broker {
         assert!(!bootstrap.is_empty(), "mock broker did not start");
         Broker {
             child,
-            stdin,
+            stdin: Some(stdin),
             out,
             bootstrap,
             compression: compression.to_string(),
@@ -111,7 +130,7 @@ impl Broker {
     }
 
     fn command(&mut self, command: &str) {
-        writeln!(self.stdin, "{command}").unwrap();
+        writeln!(self.stdin.as_mut().unwrap(), "{command}").unwrap();
         let mut answer = String::new();
         self.out.read_line(&mut answer).unwrap();
         assert_eq!(answer.trim(), "ok", "{command}");
@@ -120,16 +139,21 @@ impl Broker {
 
 impl Drop for Broker {
     fn drop(&mut self) {
+        drop(self.stdin.take());
+        let until = Instant::now() + Duration::from_secs(60);
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
 
-/// (a): consume everything into memory; returns (records, bytes, seconds) and the records, which
-/// (b) writes.
+/// (a): consume everything; returns (records, bytes, seconds) and, with `keep`, the records, which
+/// (b) writes. Without `keep` (large changelogs) the records are only counted.
 type Records = Vec<Vec<(Vec<u8>, Option<Vec<u8>>)>>;
 
-fn fetch_limit(bootstrap: &str, partitions: u64) -> (u64, u64, f64, Records) {
+fn fetch_limit(bootstrap: &str, partitions: u64, keep: bool) -> (u64, u64, f64, Records) {
     let mut config = warmstore::kafka::consumers::client_config(
         &[("bootstrap.servers".to_string(), bootstrap.to_string())].into(),
     );
@@ -159,7 +183,9 @@ fn fetch_limit(bootstrap: &str, partitions: u64) -> (u64, u64, f64, Records) {
         let value = m.payload();
         count += 1;
         bytes += (key.len() + value.map_or(0, <[u8]>::len)) as u64;
-        records[p].push((key.to_vec(), value.map(<[u8]>::to_vec)));
+        if keep {
+            records[p].push((key.to_vec(), value.map(<[u8]>::to_vec)));
+        }
         if m.offset() + 1 == highs[p] {
             remaining -= 1;
         }
@@ -206,6 +232,23 @@ struct Run {
     fds: u64,
     /// Share of one core used while tailing with nothing new to read, when measured.
     idle_cpu: Option<f64>,
+    /// (seconds since spawn, records restored), sampled every 250 ms when watched.
+    progress: Vec<(f64, u64)>,
+    /// Bytes the process wrote to disk (`/proc/PID/io`) until caught up.
+    written: u64,
+    /// Disk the stores take once warmstore has stopped.
+    disk: u64,
+}
+
+/// What to watch in a run beyond the figures every run gives.
+#[derive(Clone, Copy, Default)]
+struct Watch {
+    /// The CPU of this many seconds of tailing once caught up.
+    idle: Option<Duration>,
+    /// Pinned to the first core, as `taskset -c 0`.
+    one_core: bool,
+    /// Restore progress over time, for the rate of the first and the last 10%.
+    progress: bool,
 }
 
 impl Run {
@@ -276,7 +319,14 @@ fn http_get(addr: &str, path: &str) -> (u16, String) {
 /// (c) and (d): `warmstore run` from spawn to `/readyz` 200 with `ready_max_lag: 0`.
 fn warmstore_run(bootstrap: &str, state_dir: &Path, partitions: u64, kafka: &[String]) -> Run {
     let bin = exe_dir().parent().unwrap().join("warmstore");
-    warmstore_run_with(&bin, bootstrap, state_dir, partitions, kafka, None, false)
+    warmstore_run_with(
+        &bin,
+        bootstrap,
+        state_dir,
+        partitions,
+        kafka,
+        Watch::default(),
+    )
 }
 
 /// Threads (`/proc/PID/status`) and open descriptors (`/proc/PID/fd`) of a process.
@@ -291,15 +341,14 @@ fn threads_and_fds(pid: u32) -> (u64, u64) {
     (threads, fds)
 }
 
-/// `warmstore_run` with a given binary, and optionally the CPU of `idle` seconds once caught up.
+/// `warmstore_run` with a given binary, watching what `watch` asks for.
 fn warmstore_run_with(
     bin: &Path,
     bootstrap: &str,
     state_dir: &Path,
     partitions: u64,
     kafka: &[String],
-    idle: Option<Duration>,
-    one_core: bool,
+    watch: Watch,
 ) -> Run {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -323,7 +372,7 @@ fn warmstore_run_with(
     command
         .args(["run", "--config", config.to_str().unwrap()])
         .env("RUST_LOG", "warn");
-    if one_core {
+    if watch.one_core {
         // As `taskset -c 0`: set before exec, so every thread warmstore starts inherits it.
         unsafe {
             std::os::unix::process::CommandExt::pre_exec(&mut command, || {
@@ -337,18 +386,26 @@ fn warmstore_run_with(
         }
     }
     let mut child = command.spawn().expect("warmstore is built");
+    let mut progress = Vec::new();
     loop {
         let (status, _) = http_get(&addr, "/readyz");
         if status == 200 {
             break;
         }
         assert!(child.try_wait().unwrap().is_none(), "warmstore exited");
+        let since = started.elapsed().as_secs_f64();
+        if watch.progress && progress.last().is_none_or(|(t, _)| since - t >= 0.25) {
+            if let Some(records) = restored(&addr) {
+                progress.push((since, records));
+            }
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     let seconds = started.elapsed().as_secs_f64();
     let (cpu_seconds, peak_rss) = proc_figures(child.id());
+    let written = written_bytes(child.id());
     let (threads, fds) = threads_and_fds(child.id());
-    let idle_cpu = idle.map(|idle| {
+    let idle_cpu = watch.idle.map(|idle| {
         // The first catch-up's flushes and the turn hand-over settle before the idle window.
         std::thread::sleep(Duration::from_secs(2));
         let (before, _) = proc_figures(child.id());
@@ -358,16 +415,11 @@ fn warmstore_run_with(
     });
     let (_, stores) = http_get(&addr, "/stores");
     let stores: serde_json::Value = serde_json::from_str(&stores).unwrap();
-    let records = stores["partitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["records"].as_u64().unwrap())
-        .sum();
     assert_eq!(
         stores["partitions"].as_array().unwrap().len() as u64,
         partitions
     );
+    let records = restored(&addr).unwrap();
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();
     assert!(status.success(), "warmstore exits 0 on SIGTERM");
@@ -379,15 +431,54 @@ fn warmstore_run_with(
         threads,
         fds,
         idle_cpu,
+        progress,
+        written,
+        disk: disk_bytes(state_dir),
     }
+}
+
+/// Records restored so far over every partition, from `/stores`.
+fn restored(addr: &str) -> Option<u64> {
+    let (_, stores) = http_get(addr, "/stores");
+    let stores: serde_json::Value = serde_json::from_str(&stores).ok()?;
+    stores["partitions"]
+        .as_array()?
+        .iter()
+        .map(|p| p["records"].as_u64())
+        .sum()
+}
+
+/// Bytes a process has caused to be written to disk (`write_bytes` of `/proc/PID/io`).
+fn written_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/io"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("write_bytes:")?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Disk allocated to the files under `dir`, as `du` counts it.
+fn disk_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => disk_bytes(&e.path()),
+            Ok(m) => m.blocks() * 512,
+            Err(_) => 0,
+        })
+        .sum()
 }
 
 /// `--scale`: (c) at each partition count on the same records, with threads, descriptors and idle
 /// CPU; with a baseline binary, each run of it is interleaved with one of this build.
 fn scale(
+    source: Source,
     records: u64,
     counts: &[u64],
-    value_size: u64,
     baseline: Option<&Path>,
     idle: Duration,
     work: &Path,
@@ -405,7 +496,7 @@ fn scale(
     // CPU in profiles), so the binary that ran second looked slower.
     let mut kept = Vec::new();
     for &partitions in counts {
-        let broker = Broker::start(records, partitions, value_size);
+        let broker = Broker::start(source, records, partitions);
         for (name, bin) in &binaries {
             let state = work.join(format!("scale-{partitions}-{}", name.replace(' ', "-")));
             let run = warmstore_run_with(
@@ -414,8 +505,10 @@ fn scale(
                 &state,
                 partitions,
                 &[],
-                Some(idle),
-                false,
+                Watch {
+                    idle: Some(idle),
+                    ..Watch::default()
+                },
             );
             println!(
                 "(c) {partitions} partitions, {name}: {}; {} threads, {} open fds ({:.1} per partition), idle CPU {:.1}% of a core",
@@ -472,6 +565,14 @@ fn main() {
         .filter(|w| w[0] == "--kafka")
         .map(|w| w[1].clone())
         .collect();
+    let broker = args
+        .iter()
+        .position(|a| a == "--broker")
+        .and_then(|i| args.get(i + 1));
+    let source = Source {
+        real: broker.map(String::as_str),
+        value_size,
+    };
     let work = std::env::temp_dir().join(format!("warmstore-bench-{}", std::process::id()));
     std::fs::create_dir_all(&work).unwrap();
     println!("machine: {} cores, {} MiB memory", num_cpus(), mem_mib());
@@ -494,21 +595,29 @@ fn main() {
             .map(PathBuf::from);
         println!("changelog: {records} records over each partition count, 16-byte keys over {} keys, {value_size}-byte values, 5% tombstones", records / 2);
         let idle = Duration::from_secs(arg(&args, "--idle-seconds", 10));
-        scale(
-            records,
-            &counts,
-            value_size,
-            baseline.as_deref(),
-            idle,
-            &work,
-        );
+        scale(source, records, &counts, baseline.as_deref(), idle, &work);
+        let _ = std::fs::remove_dir_all(&work);
+        return;
+    }
+    let peer = !args.iter().any(|a| a == "--no-peer");
+    if let Some(shapes) = args
+        .iter()
+        .position(|a| a == "--large")
+        .and_then(|i| args.get(i + 1))
+    {
+        for shape in shapes.split(',') {
+            let (records, partitions) = shape
+                .split_once('x')
+                .and_then(|(r, p)| Some((r.parse().ok()?, p.parse().ok()?)))
+                .expect("--large takes RECORDSxPARTITIONS shapes, as 20000000x1,10000000x4");
+            large(source, records, partitions, &kafka, peer, &work.join(shape));
+        }
         let _ = std::fs::remove_dir_all(&work);
         return;
     }
     println!("changelog: {records} records, {partitions} partitions, 16-byte keys over {} keys, {value_size}-byte values, 5% tombstones", records / 2);
 
-    let peer = !args.iter().any(|a| a == "--no-peer");
-    let mut broker = Broker::start(records, partitions, value_size);
+    let mut broker = Broker::start(source, records, partitions);
     let plain = limits(&mut broker, &work, "", partitions, &kafka, peer);
     // Before (d) adds records, so both runs read the same changelog.
     if args.iter().any(|a| a == "--one-core") {
@@ -520,8 +629,10 @@ fn main() {
             &state,
             partitions,
             &kafka,
-            None,
-            true,
+            Watch {
+                one_core: true,
+                ..Watch::default()
+            },
         );
         println!("(c) pinned to one core: {}", one.figures());
         println!(
@@ -548,7 +659,7 @@ fn main() {
         .map(|list| list.split(',').collect::<Vec<_>>())
         .unwrap_or_default();
     for codec in codecs {
-        let mut broker = Broker::start_compressed(records, partitions, value_size, codec);
+        let mut broker = Broker::start_compressed(source, records, partitions, codec);
         let label = format!(" on the {codec} changelog");
         let z = limits(
             &mut broker,
@@ -566,7 +677,7 @@ fn main() {
     }
 
     if rss_records > 0 {
-        let broker = Broker::start(rss_records, partitions, value_size);
+        let broker = Broker::start(source, rss_records, partitions);
         let small = warmstore_run(
             &broker.bootstrap,
             &work.join("state-rss"),
@@ -624,7 +735,7 @@ fn limits(
     std::fs::create_dir_all(work).unwrap();
     let own_cpu = || proc_figures(std::process::id()).0;
     let before_a = own_cpu();
-    let (a_records, a_bytes, a_secs, data) = fetch_limit(&broker.bootstrap, partitions);
+    let (a_records, a_bytes, a_secs, data) = fetch_limit(&broker.bootstrap, partitions, true);
     let a_cpu = own_cpu() - before_a;
     let a_rate = a_records as f64 / a_secs;
     let per_million = |cpu: f64| cpu / (a_records as f64 / 1e6);
@@ -661,6 +772,89 @@ fn limits(
         c,
         e_rate,
     }
+}
+
+/// `--large RECORDSxPARTITIONS`: (a), (c) and (e) on one large changelog, with (c)'s rate over its
+/// first and last 10%, its writes against the bytes it ingested, and the disk its stores take.
+/// (b) is left out: its records would have to be held in memory; `examples/store_load.rs` measures
+/// the store alone at these sizes.
+fn large(source: Source, records: u64, partitions: u64, kafka: &[String], peer: bool, work: &Path) {
+    println!(
+        "changelog: {records} records, {partitions} partitions, 16-byte keys over {} keys, {}-byte values, 5% tombstones, on {}",
+        records / 2,
+        source.value_size,
+        source.real.map_or("the mock cluster".to_string(), |b| format!("the broker at {b}"))
+    );
+    std::fs::create_dir_all(work).unwrap();
+    let produced = Instant::now();
+    let mut broker = Broker::start(source, records, partitions);
+    println!("produced in {:.0} s", produced.elapsed().as_secs_f64());
+    let label = format!(" ({records} x {partitions})");
+    let own_cpu = || proc_figures(std::process::id()).0;
+    let before = own_cpu();
+    let (a_records, a_bytes, a_secs, _) = fetch_limit(&broker.bootstrap, partitions, false);
+    let a_cpu = own_cpu() - before;
+    let a_rate = a_records as f64 / a_secs;
+    println!(
+        "(a) fetch limit{label}: {a_records} records in {a_secs:.2} s = {a_rate:.0} records/s, {:.1} MB/s, {:.2} CPU s per million records",
+        a_bytes as f64 / a_secs / 1e6,
+        a_cpu / (a_records as f64 / 1e6)
+    );
+    let bin = exe_dir().parent().unwrap().join("warmstore");
+    let c = warmstore_run_with(
+        &bin,
+        &broker.bootstrap,
+        &work.join("state"),
+        partitions,
+        kafka,
+        Watch {
+            progress: true,
+            ..Watch::default()
+        },
+    );
+    println!("(c) warmstore empty to caught up{label}: {}", c.figures());
+    let (first, last) = tenths(&c.progress, c.records, c.seconds);
+    println!("(c){label} records/s over the first 10%: {first:.0}, over the last 10%: {last:.0}");
+    println!(
+        "(c){label} wrote {:.2} GB until caught up for {:.2} GB of keys and values ingested: write amplification {:.2}; stores on disk after stop {:.2} GB",
+        c.written as f64 / 1e9,
+        a_bytes as f64 / 1e9,
+        c.written as f64 / a_bytes as f64,
+        c.disk as f64 / 1e9
+    );
+    let _ = std::fs::remove_dir_all(work.join("state"));
+    println!("ratio c / a{label}: {:.2}", c.rate() / a_rate);
+    if peer {
+        let (e_records, e_secs) = quix_peer(&mut broker, &work.join("quix"), partitions);
+        let e_rate = e_records as f64 / e_secs;
+        println!("(e) peer, Quix Streams recovery{label}: {e_records} records in {e_secs:.2} s = {e_rate:.0} records/s");
+        println!("ratio c / e{label}: {:.1}", c.rate() / e_rate);
+        let _ = std::fs::remove_dir_all(work.join("quix"));
+    }
+}
+
+/// Records/s over the first and the last tenth of a restore of `total` records that took
+/// `seconds`, from progress samples (seconds since start, records restored so far); a tenth's
+/// bound is placed by linear interpolation between the samples around it.
+fn tenths(progress: &[(f64, u64)], total: u64, seconds: f64) -> (f64, f64) {
+    let mut points = vec![(0.0, 0u64)];
+    points.extend_from_slice(progress);
+    points.push((seconds, total));
+    let at = |target: f64| -> f64 {
+        for pair in points.windows(2) {
+            let ((t0, r0), (t1, r1)) = (pair[0], pair[1]);
+            if r1 as f64 >= target && r1 > r0 {
+                let share = (target - r0 as f64) / (r1 - r0) as f64;
+                return t0 + share.clamp(0.0, 1.0) * (t1 - t0);
+            }
+        }
+        seconds
+    };
+    let tenth = total as f64 / 10.0;
+    (
+        tenth / at(tenth),
+        tenth / (seconds - at(total as f64 - tenth)),
+    )
 }
 
 /// (e): `bench/quix_peer.py` copies the changelog into a topic of its own with Quix's header

@@ -1,6 +1,8 @@
 //! The benchmark harness runs end to end at tiny sizes and produces every figure. It checks no speed:
 //! timed assertions are flaky; the figures go to BENCHMARKS.md.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -106,6 +108,48 @@ fn the_scale_run_produces_every_figure() {
             "ratio this build / baseline at 8 partitions:",
         ],
     );
+}
+
+/// `--large` fills topics of the tests' real Kafka broker (the mock cluster keeps only about 5 MiB
+/// per partition) and reports (a), (c) with its rate over time, write amplification and disk, and
+/// (e) for each shape; the topics it made are gone afterwards.
+#[test]
+fn the_large_run_on_a_real_broker_produces_every_figure() {
+    let broker = &common::kafka::kafka().plaintext;
+    assert_bench_prints(
+        &["--large", "20000x1,10000x2", "--broker", broker],
+        None,
+        &[
+            "(a) fetch limit (20000 x 1): 20000 records",
+            "(c) warmstore empty to caught up (20000 x 1): 20000 records",
+            "(c) (20000 x 1) records/s over the first 10%: ",
+            "write amplification ",
+            "stores on disk ",
+            "(e) peer, Quix Streams recovery (20000 x 1): 20000 records",
+            "ratio c / e (20000 x 1):",
+            "(a) fetch limit (10000 x 2): 10000 records",
+            "(c) warmstore empty to caught up (10000 x 2): 10000 records",
+            "(e) peer, Quix Streams recovery (10000 x 2): 10000 records",
+            "ratio c / a (10000 x 2):",
+        ],
+    );
+    let consumer: rdkafka::consumer::BaseConsumer = rdkafka::config::ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .create()
+        .unwrap();
+    let metadata = rdkafka::consumer::Consumer::fetch_metadata(
+        &consumer,
+        None,
+        std::time::Duration::from_secs(10),
+    )
+    .unwrap();
+    let left: Vec<&str> = metadata
+        .topics()
+        .iter()
+        .map(|t| t.name())
+        .filter(|t| t.starts_with("bench-"))
+        .collect();
+    assert!(left.is_empty(), "the bench left topics behind: {left:?}");
 }
 
 /// The store benchmark loads and tails each compaction candidate, then opens what each wrote under
