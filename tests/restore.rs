@@ -341,6 +341,56 @@ fn the_uncommitted_budget_is_split_over_discovered_partitions() {
     }
 }
 
+/// Regression: one partition took the whole `max_uncommitted_bytes` (64 MiB by default) as its
+/// commit batch, which RocksDB puts into one memtable whole: a 20M-record partition peaked at
+/// 440 MiB against a 32 MiB memtable budget. A partition's batch is now at most one turn of the
+/// memtable budget, here 256 KiB (1 MiB over 4 turns).
+#[test]
+fn a_large_partition_commits_within_a_turn_of_the_memtable_budget() {
+    let mut broker = Broker::new();
+    broker.create_topic("large", 1);
+    let value = vec![b'v'; 200];
+    for i in 0..15_000 {
+        broker.send(
+            "large",
+            0,
+            Some(format!("key-{i:05}").as_bytes()),
+            Some(&value),
+        );
+    }
+    broker.flush();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = service_config(
+        &broker.bootstrap,
+        dir.path(),
+        vec![store("s", "large", None)],
+        &[],
+    );
+    let turn = 256 << 10;
+    config.rocksdb.total_write_buffer_size = Some(ByteSize(4 * turn));
+    config.restore.catch_up_turns = 4;
+    config.restore.commit_interval = Duration::from_secs(3600);
+    let rt = runtime();
+    rt.block_on(async {
+        let service = Service::start(&config).await.expect("service starts");
+        let s = &service;
+        tokio::task::block_in_place(|| wait_caught_up(s, 1));
+        let p = &service.board.partitions()[0];
+        let bytes = p.bytes.load(Relaxed);
+        let commits = p.commits.load(Relaxed);
+        assert!(
+            commits >= bytes / (2 * turn),
+            "{commits} commits for {bytes} bytes; batches of a 256 KiB turn need about {}",
+            bytes / turn
+        );
+        service.stop().await;
+    });
+    assert_eq!(
+        read_store(dir.path(), "s", "large", 0).1,
+        broker.model("large", 0, 0)
+    );
+}
+
 /// What a restore with a single turn (`catch_up_turns: 1`) looked like while it ran.
 struct Turns {
     /// Most partitions seen loading (started, not at the end) at one moment.

@@ -110,9 +110,13 @@ pub fn commit_due(p: Pending, commit_interval: Duration, max_bytes: usize) -> bo
 }
 
 /// `max_uncommitted_bytes` bounds the whole process, so each partition gets an equal share (at
-/// least 64 KiB, so tiny budgets do not turn into a commit per record).
-pub fn partition_budget(max_uncommitted_bytes: u64, partitions: usize) -> usize {
-    let share = max_uncommitted_bytes / partitions.max(1) as u64;
+/// least 64 KiB, so tiny budgets do not turn into a commit per record), and never more than one
+/// turn of the memtable budget (`turn_bytes`). A commit's batch lands in one memtable whole,
+/// whatever the memtable's size: with one large partition taking all of the default 64 MiB, two
+/// memtables of 70 MiB (one filling, one flushing) and the batch itself took a 20M-record restore
+/// to a 440 MiB peak against a 32 MiB memtable budget.
+pub fn partition_budget(max_uncommitted_bytes: u64, partitions: usize, turn_bytes: u64) -> usize {
+    let share = (max_uncommitted_bytes / partitions.max(1) as u64).min(turn_bytes);
     share.max(64 << 10) as usize
 }
 
@@ -363,9 +367,23 @@ mod tests {
 
     #[test]
     fn budget_is_shared_between_partitions() {
-        assert_eq!(partition_budget(64 << 20, 64), 1 << 20);
-        assert_eq!(partition_budget(64 << 20, 0), 64 << 20);
-        assert_eq!(partition_budget(1024, 4), 64 << 10);
+        let turn = 8 << 20;
+        assert_eq!(partition_budget(64 << 20, 64, turn), 1 << 20);
+        assert_eq!(partition_budget(1024, 4, turn), 64 << 10);
+        assert_eq!(partition_budget(64 << 20, 16, 64 << 20), 4 << 20);
+    }
+
+    #[test]
+    fn a_partition_never_buffers_more_than_a_turn_of_the_memtable_budget() {
+        let turn = 8 << 20;
+        assert_eq!(partition_budget(64 << 20, 1, turn), turn as usize);
+        assert_eq!(partition_budget(64 << 20, 0, turn), turn as usize);
+        assert_eq!(partition_budget(64 << 20, 4, turn), turn as usize);
+        assert_eq!(
+            partition_budget(64 << 20, 1, 1024),
+            64 << 10,
+            "the floor holds"
+        );
     }
 
     #[test]

@@ -491,11 +491,12 @@ impl Worker {
         phase: Phase,
     ) -> Result<Option<Event>, Failure> {
         let status = &self.status;
-        // This partition's share of `max_uncommitted_bytes`, over the partitions known now: a
-        // store without a partition list only learns its count from the broker.
+        // This partition's share of `max_uncommitted_bytes`, over the partitions known now (a
+        // store without a partition list only learns its count from the broker), within a turn.
         let budget = policy::partition_budget(
             self.restore.max_uncommitted_bytes,
             self.board.partition_count(),
+            self.turns.turn_bytes,
         );
         // Every phase with a lane is entered through an assignment; a failed one leads to Closing.
         let Some(assignment) = run.assignment.as_ref() else {
