@@ -12,6 +12,7 @@
 //! up to `fetch.wait.max.ms` per turn (100 ms then), which made a restore of many small partitions
 //! up to twice as slow with 4 turns, and 4.5 times with 1 (docs/restore.md).
 
+pub mod batch;
 pub mod consumers;
 pub mod group;
 pub mod statistics;

@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::config::{Assignment, Config, StoreConfig};
+use crate::kafka::batch::BatchQueue;
 use crate::kafka::consumers::{self, ChangelogConsumer};
 use crate::kafka::statistics::WatermarkCells;
 use crate::observe::status::{Board, PartitionState, PartitionStatus};
@@ -225,11 +226,13 @@ impl Launcher {
         let wake = Arc::new(Notify::new());
         let lane = |consumer: &Arc<ChangelogConsumer>| {
             let mut queue = consumer.split_partition_queue(&tp.topic, partition)?;
+            let batches = BatchQueue::new(consumer, &tp.topic, partition)?;
             let wake = wake.clone();
             queue.set_nonempty_callback(move || wake.notify_one());
             Some(LaneQueue {
                 consumer: consumer.clone(),
-                queue,
+                _split: queue,
+                batches,
             })
         };
         let (Some(tailing), Some(catching_up)) = (lane(&self.tailing), lane(&self.catching_up))

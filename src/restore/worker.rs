@@ -6,7 +6,6 @@
 use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
-use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, OnceLock};
@@ -18,6 +17,7 @@ use super::policy::{self, ConsumeError, Pending};
 use super::tasks::{blocking, Stop};
 use super::turns::{Turn, Turns};
 use crate::config::RestoreConfig;
+use crate::kafka::batch::{BatchQueue, Fetched, MAX_TAKEN};
 use crate::kafka::consumers::ChangelogConsumer;
 use crate::kafka::statistics::{EngineContext, Watermarks};
 use crate::observe::status::{cause_suffix, PartitionState, PartitionStatus};
@@ -44,7 +44,11 @@ const PROPERTIES_EVERY: Duration = Duration::from_secs(5);
 /// One consumer and this partition's queue in it (`kafka` explains the two consumers).
 pub struct LaneQueue {
     pub consumer: Arc<ChangelogConsumer>,
-    pub queue: PartitionQueue<EngineContext>,
+    /// The partition's queue, split off the consumer's main queue; held for as long as the lane,
+    /// as it wakes the worker when records arrive. Records are taken through `batches`.
+    pub _split: PartitionQueue<EngineContext>,
+    /// The same partition queue, taken from in batches.
+    pub batches: BatchQueue,
 }
 
 pub struct Worker {
@@ -646,71 +650,15 @@ impl Worker {
     ) -> Batch {
         let mut batch = Batch::default();
         loop {
-            let Some(result) = lane.queue.poll(Duration::ZERO) else {
+            let want = MAX_TAKEN.min(MAX_BATCH_RECORDS - batch.records as usize);
+            let taken = lane.batches.take(want, |fetched| {
+                self.apply(fetched, store, next, last_taken, &mut batch)
+            });
+            if taken < want {
                 batch.drained = true;
+            }
+            if batch.drained || batch.failure.is_some() || batch.out_of_range {
                 break;
-            };
-            match result {
-                Ok(m) => {
-                    let offset = m.offset();
-                    if offset >= *next {
-                        // Read once: the store keeps it (a timestamped store) and the lag in
-                        // seconds is measured from it.
-                        let timestamp = m.timestamp().to_millis();
-                        match m.key() {
-                            None => batch.null_keys += 1,
-                            Some(key) => {
-                                let written = match m.payload() {
-                                    Some(value) => {
-                                        batch.bytes += value.len() as u64;
-                                        store.put(key, value, timestamp.unwrap_or(-1))
-                                    }
-                                    None => store.delete(key),
-                                };
-                                if let Err(error) = written {
-                                    batch.failure = Some(error.into());
-                                    break;
-                                }
-                                batch.bytes += key.len() as u64;
-                                batch.records += 1;
-                            }
-                        }
-                        *next = offset + 1;
-                        *last_taken = Some(offset);
-                        batch.last_timestamp_ms = timestamp.or(batch.last_timestamp_ms);
-                    }
-                }
-                // Only if the user turned `enable.partition.eof` on; catch-up is decided from offsets.
-                Err(KafkaError::PartitionEOF(_)) => {}
-                Err(error) => {
-                    // An error that is not a known fetch condition may stand for records
-                    // librdkafka dropped.
-                    let kind = match &error {
-                        KafkaError::MessageConsumption(code) => policy::consume_error(*code),
-                        _ => ConsumeError::Fatal,
-                    };
-                    match kind {
-                        ConsumeError::OutOfRange => {
-                            batch.out_of_range = true;
-                            break;
-                        }
-                        ConsumeError::Transient => {
-                            tracing::warn!(store = %self.status.store, topic = %self.tp.topic,
-                                partition = self.tp.partition, %error, "fetch error; librdkafka retries");
-                        }
-                        ConsumeError::Fatal => {
-                            batch.failure = Some(
-                                KafkaFailure::Consume {
-                                    tp: self.tp.clone(),
-                                    after: *last_taken,
-                                    source: error,
-                                }
-                                .into(),
-                            );
-                            break;
-                        }
-                    }
-                }
             }
             if batch.records as usize >= MAX_BATCH_RECORDS || store.uncommitted_bytes() >= budget {
                 break;
@@ -720,6 +668,84 @@ impl Worker {
             self.status.last_record_ts_ms.store(ts, Relaxed);
         }
         batch
+    }
+
+    /// Applies one fetched message to the store's uncommitted buffer; false when the batch must
+    /// end here (a failure, or the log moved out of range).
+    fn apply(
+        &self,
+        fetched: Fetched<'_>,
+        store: &mut Store,
+        next: &mut i64,
+        last_taken: &mut Option<i64>,
+        batch: &mut Batch,
+    ) -> bool {
+        match fetched {
+            Fetched::Record {
+                offset,
+                key,
+                value,
+                timestamp,
+            } => {
+                if offset < *next {
+                    return true;
+                }
+                match key {
+                    None => batch.null_keys += 1,
+                    Some(key) => {
+                        let written = match value {
+                            Some(value) => {
+                                batch.bytes += value.len() as u64;
+                                store.put(key, value, timestamp.unwrap_or(-1))
+                            }
+                            None => store.delete(key),
+                        };
+                        if let Err(error) = written {
+                            batch.failure = Some(error.into());
+                            return false;
+                        }
+                        batch.bytes += key.len() as u64;
+                        batch.records += 1;
+                    }
+                }
+                *next = offset + 1;
+                *last_taken = Some(offset);
+                batch.last_timestamp_ms = timestamp.or(batch.last_timestamp_ms);
+                true
+            }
+            // Only if the user turned `enable.partition.eof` on; catch-up is decided from offsets.
+            Fetched::Error(KafkaError::PartitionEOF(_)) => true,
+            Fetched::Error(error) => {
+                // An error that is not a known fetch condition may stand for records
+                // librdkafka dropped.
+                let kind = match &error {
+                    KafkaError::MessageConsumption(code) => policy::consume_error(*code),
+                    _ => ConsumeError::Fatal,
+                };
+                match kind {
+                    ConsumeError::OutOfRange => {
+                        batch.out_of_range = true;
+                        false
+                    }
+                    ConsumeError::Transient => {
+                        tracing::warn!(store = %self.status.store, topic = %self.tp.topic,
+                            partition = self.tp.partition, %error, "fetch error; librdkafka retries");
+                        true
+                    }
+                    ConsumeError::Fatal => {
+                        batch.failure = Some(
+                            KafkaFailure::Consume {
+                                tp: self.tp.clone(),
+                                after: *last_taken,
+                                source: error,
+                            }
+                            .into(),
+                        );
+                        false
+                    }
+                }
+            }
+        }
     }
 }
 
