@@ -1,5 +1,6 @@
 //! The benchmark harness: on one generated changelog, in one invocation, it measures
-//! (a) the fetch limit: librdkafka consuming every partition into memory, with its CPU seconds,
+//! (a) the fetch limit: librdkafka consuming every partition into memory, with its CPU seconds
+//!     (taken in batches from each partition's queue, as warmstore takes them),
 //! (b) the write limit: RocksDB loading the same records as WriteBatches with WAL off, with its CPU,
 //! (c) warmstore from empty to caught up: records/s, CPU seconds per million records, peak RSS,
 //! (d) warmstore resuming after a clean stop with 10% new records,
@@ -27,7 +28,6 @@
 //!        [--broker HOST:PORT]
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -154,13 +154,18 @@ impl Drop for Broker {
 type Records = Vec<Vec<(Vec<u8>, Option<Vec<u8>>)>>;
 
 fn fetch_limit(bootstrap: &str, partitions: u64, keep: bool) -> (u64, u64, f64, Records) {
+    use warmstore::kafka::batch::{BatchQueue, Fetched, MAX_TAKEN};
     let mut config = warmstore::kafka::consumers::client_config(
         &[("bootstrap.servers".to_string(), bootstrap.to_string())].into(),
     );
     config.set("group.id", "bench-fetch");
-    let consumer: BaseConsumer = config.create().unwrap();
+    let consumer: std::sync::Arc<BaseConsumer> = std::sync::Arc::new(config.create().unwrap());
     let mut list = TopicPartitionList::new();
     let mut highs = Vec::new();
+    // As warmstore takes records: each partition's queue split off and taken from in batches,
+    // and a wake-up when one of them has records.
+    let wake = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+    let mut queues = Vec::new();
     for p in 0..partitions as i32 {
         let (_, high) = consumer
             .fetch_watermarks(TOPIC, p, Duration::from_secs(10))
@@ -168,6 +173,14 @@ fn fetch_limit(bootstrap: &str, partitions: u64, keep: bool) -> (u64, u64, f64, 
         highs.push(high);
         list.add_partition_offset(TOPIC, p, Offset::Beginning)
             .unwrap();
+        let mut split = consumer.split_partition_queue(TOPIC, p).unwrap();
+        let wake = wake.clone();
+        split.set_nonempty_callback(move || {
+            *wake.0.lock().unwrap() = true;
+            wake.1.notify_one();
+        });
+        let batches = BatchQueue::new(&consumer, TOPIC, p).unwrap();
+        queues.push((split, batches));
     }
     let mut records: Records = vec![Vec::new(); partitions as usize];
     let mut remaining = highs.iter().filter(|h| **h > 0).count();
@@ -175,19 +188,33 @@ fn fetch_limit(bootstrap: &str, partitions: u64, keep: bool) -> (u64, u64, f64, 
     let started = Instant::now();
     consumer.assign(&list).unwrap();
     while remaining > 0 {
-        let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) else {
-            continue;
-        };
-        let p = m.partition() as usize;
-        let key = m.key().unwrap_or_default();
-        let value = m.payload();
-        count += 1;
-        bytes += (key.len() + value.map_or(0, <[u8]>::len)) as u64;
-        if keep {
-            records[p].push((key.to_vec(), value.map(<[u8]>::to_vec)));
+        *wake.0.lock().unwrap() = false;
+        let mut taken = 0;
+        for (p, (_, batches)) in queues.iter().enumerate() {
+            taken += batches.take(MAX_TAKEN, |fetched| {
+                if let Fetched::Record {
+                    offset, key, value, ..
+                } = fetched
+                {
+                    let key = key.unwrap_or_default();
+                    count += 1;
+                    bytes += (key.len() + value.map_or(0, <[u8]>::len)) as u64;
+                    if keep {
+                        records[p].push((key.to_vec(), value.map(<[u8]>::to_vec)));
+                    }
+                    if offset + 1 == highs[p] {
+                        remaining -= 1;
+                    }
+                }
+                true
+            });
         }
-        if m.offset() + 1 == highs[p] {
-            remaining -= 1;
+        if taken == 0 {
+            let (woken, signal) = &*wake;
+            let woken = woken.lock().unwrap();
+            let _ = signal
+                .wait_timeout_while(woken, Duration::from_millis(100), |w| !*w)
+                .unwrap();
         }
     }
     (count, bytes, started.elapsed().as_secs_f64(), records)

@@ -11,13 +11,11 @@
 //! queue.
 
 use rdkafka::bindings as rdsys;
-use rdkafka::consumer::Consumer;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use std::ffi::CString;
 use std::ptr::NonNull;
 use std::sync::Arc;
-
-use super::consumers::ChangelogConsumer;
 
 /// Most messages taken from librdkafka in one call: a commit budget can be overshot by this many
 /// records at most, since a taken message is always applied.
@@ -27,7 +25,7 @@ pub const MAX_TAKEN: usize = 256;
 pub struct BatchQueue {
     queue: NonNull<rdsys::rd_kafka_queue_t>,
     /// The queue belongs to this consumer's handle, which must outlive it.
-    _consumer: Arc<ChangelogConsumer>,
+    _consumer: Arc<dyn std::any::Any + Send + Sync>,
 }
 
 // SAFETY: librdkafka's queues are thread-safe; the handle is only a reference counted pointer.
@@ -49,7 +47,11 @@ pub enum Fetched<'a> {
 
 impl BatchQueue {
     /// `None` when librdkafka has no queue for the partition (an unknown topic name).
-    pub fn new(consumer: &Arc<ChangelogConsumer>, topic: &str, partition: i32) -> Option<Self> {
+    pub fn new<C: ConsumerContext + 'static>(
+        consumer: &Arc<BaseConsumer<C>>,
+        topic: &str,
+        partition: i32,
+    ) -> Option<Self> {
         let topic = CString::new(topic).ok()?;
         // SAFETY: the client pointer is valid while the consumer lives, and this keeps it alive.
         let queue = unsafe {
