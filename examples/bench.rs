@@ -761,16 +761,9 @@ fn limits(
 ) -> Limits {
     std::fs::create_dir_all(work).unwrap();
     let own_cpu = || proc_figures(std::process::id()).0;
-    let before_a = own_cpu();
-    let (a_records, a_bytes, a_secs, data) = fetch_limit(&broker.bootstrap, partitions, true);
-    let a_cpu = own_cpu() - before_a;
-    let a_rate = a_records as f64 / a_secs;
+    let a = measure_fetch(&broker.bootstrap, partitions, true, label);
+    let (a_records, a_rate, a_cpu, data) = (a.records, a.rate, a.cpu, a.data);
     let per_million = |cpu: f64| cpu / (a_records as f64 / 1e6);
-    println!(
-        "(a) fetch limit{label}: {a_records} records in {a_secs:.2} s = {a_rate:.0} records/s, {:.1} MB/s, {:.2} CPU s per million records",
-        a_bytes as f64 / a_secs / 1e6,
-        per_million(a_cpu)
-    );
     let before_b = own_cpu();
     let b_secs = write_limit(&work.join("write-limit"), &data);
     let b_cpu = own_cpu() - before_b;
@@ -783,10 +776,7 @@ fn limits(
     let c = warmstore_run(&broker.bootstrap, &work.join("state"), partitions, kafka);
     println!("(c) warmstore empty to caught up{label}: {}", c.figures());
     let e_rate = if peer {
-        let (e_records, e_secs) = quix_peer(broker, &work.join("quix"), partitions);
-        let rate = e_records as f64 / e_secs;
-        println!("(e) peer, Quix Streams recovery{label}: {e_records} records in {e_secs:.2} s = {rate:.0} records/s");
-        Some(rate)
+        Some(measure_peer(broker, &work.join("quix"), partitions, label))
     } else {
         println!("(e) peer{label}: skipped (--no-peer)");
         None
@@ -817,16 +807,7 @@ fn large(source: Source, records: u64, partitions: u64, kafka: &[String], peer: 
     let mut broker = Broker::start(source, records, partitions);
     println!("produced in {:.0} s", produced.elapsed().as_secs_f64());
     let label = format!(" ({records} x {partitions})");
-    let own_cpu = || proc_figures(std::process::id()).0;
-    let before = own_cpu();
-    let (a_records, a_bytes, a_secs, _) = fetch_limit(&broker.bootstrap, partitions, false);
-    let a_cpu = own_cpu() - before;
-    let a_rate = a_records as f64 / a_secs;
-    println!(
-        "(a) fetch limit{label}: {a_records} records in {a_secs:.2} s = {a_rate:.0} records/s, {:.1} MB/s, {:.2} CPU s per million records",
-        a_bytes as f64 / a_secs / 1e6,
-        a_cpu / (a_records as f64 / 1e6)
-    );
+    let a = measure_fetch(&broker.bootstrap, partitions, false, &label);
     let bin = exe_dir().parent().unwrap().join("warmstore");
     let c = warmstore_run_with(
         &bin,
@@ -845,16 +826,14 @@ fn large(source: Source, records: u64, partitions: u64, kafka: &[String], peer: 
     println!(
         "(c){label} wrote {:.2} GB until caught up for {:.2} GB of keys and values ingested: write amplification {:.2}; stores on disk after stop {:.2} GB",
         c.written as f64 / 1e9,
-        a_bytes as f64 / 1e9,
-        c.written as f64 / a_bytes as f64,
+        a.bytes as f64 / 1e9,
+        c.written as f64 / a.bytes as f64,
         c.disk as f64 / 1e9
     );
     let _ = std::fs::remove_dir_all(work.join("state"));
-    println!("ratio c / a{label}: {:.2}", c.rate() / a_rate);
+    println!("ratio c / a{label}: {:.2}", c.rate() / a.rate);
     if peer {
-        let (e_records, e_secs) = quix_peer(&mut broker, &work.join("quix"), partitions);
-        let e_rate = e_records as f64 / e_secs;
-        println!("(e) peer, Quix Streams recovery{label}: {e_records} records in {e_secs:.2} s = {e_rate:.0} records/s");
+        let e_rate = measure_peer(&mut broker, &work.join("quix"), partitions, &label);
         println!("ratio c / e{label}: {:.1}", c.rate() / e_rate);
         let _ = std::fs::remove_dir_all(work.join("quix"));
     }
@@ -882,6 +861,46 @@ fn tenths(progress: &[(f64, u64)], total: u64, seconds: f64) -> (f64, f64) {
         tenth / at(tenth),
         tenth / (seconds - at(total as f64 - tenth)),
     )
+}
+
+/// What (a) measured.
+struct Fetch {
+    records: u64,
+    bytes: u64,
+    rate: f64,
+    /// CPU seconds of this process over the fetch.
+    cpu: f64,
+    /// The records, when kept for (b).
+    data: Records,
+}
+
+/// (a) on the broker's changelog, printed under `label`; `keep` holds the records for (b).
+fn measure_fetch(bootstrap: &str, partitions: u64, keep: bool, label: &str) -> Fetch {
+    let own_cpu = || proc_figures(std::process::id()).0;
+    let before = own_cpu();
+    let (records, bytes, seconds, data) = fetch_limit(bootstrap, partitions, keep);
+    let cpu = own_cpu() - before;
+    let rate = records as f64 / seconds;
+    println!(
+        "(a) fetch limit{label}: {records} records in {seconds:.2} s = {rate:.0} records/s, {:.1} MB/s, {:.2} CPU s per million records",
+        bytes as f64 / seconds / 1e6,
+        cpu / (records as f64 / 1e6)
+    );
+    Fetch {
+        records,
+        bytes,
+        rate,
+        cpu,
+        data,
+    }
+}
+
+/// (e) on the broker's changelog, printed under `label`; returns records/s.
+fn measure_peer(broker: &mut Broker, state_dir: &Path, partitions: u64, label: &str) -> f64 {
+    let (records, seconds) = quix_peer(broker, state_dir, partitions);
+    let rate = records as f64 / seconds;
+    println!("(e) peer, Quix Streams recovery{label}: {records} records in {seconds:.2} s = {rate:.0} records/s");
+    rate
 }
 
 /// (e): `bench/quix_peer.py` copies the changelog into a topic of its own with Quix's header

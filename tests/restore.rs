@@ -286,18 +286,22 @@ fn a_missing_topic_fails_only_its_store() {
     }
 }
 
-/// Regression: a store without a partition list used to count as one partition when
-/// `max_uncommitted_bytes` was split, so each of its partitions buffered the whole budget and a
-/// large changelog sat uncommitted in memory until catch-up.
-#[test]
-fn the_uncommitted_budget_is_split_over_discovered_partitions() {
+/// Restores `records` records of 200 bytes into each of `partitions` partitions of `topic`, with
+/// commits on time turned off (only the size budget and catch-up commit) and `configure`'s changes;
+/// checks every store against the log and returns each partition's (partition, bytes, commits).
+fn commits_of_a_restore(
+    topic: &str,
+    partitions: i32,
+    records: usize,
+    configure: impl FnOnce(&mut Config),
+) -> Vec<(i32, u64, u64)> {
     let mut broker = Broker::new();
-    broker.create_topic("budget", 4);
+    broker.create_topic(topic, partitions);
     let value = vec![b'v'; 200];
-    for p in 0..4 {
-        for i in 0..7500 {
+    for p in 0..partitions {
+        for i in 0..records {
             broker.send(
-                "budget",
+                topic,
                 p,
                 Some(format!("key-{i:05}").as_bytes()),
                 Some(&value),
@@ -309,34 +313,48 @@ fn the_uncommitted_budget_is_split_over_discovered_partitions() {
     let mut config = service_config(
         &broker.bootstrap,
         dir.path(),
-        vec![store("s", "budget", None)],
+        vec![store("s", topic, None)],
         &[],
     );
-    // 64 KiB per partition; no commits on time, so only the budget and catch-up commit.
-    config.restore.max_uncommitted_bytes = 256 << 10;
     config.restore.commit_interval = Duration::from_secs(3600);
-    let rt = runtime();
-    rt.block_on(async {
+    configure(&mut config);
+    let figures = runtime().block_on(async {
         let service = Service::start(&config).await.expect("service starts");
         let s = &service;
-        tokio::task::block_in_place(|| wait_caught_up(s, 4));
-        for p in service.board.partitions() {
-            let bytes = p.bytes.load(Relaxed);
-            let commits = p.commits.load(Relaxed);
-            let share = 64 << 10;
-            assert!(
-                commits >= bytes / (2 * share),
-                "partition {}: {commits} commits for {bytes} bytes; a 64 KiB share needs about {}",
-                p.partition,
-                bytes / share
-            );
-        }
+        tokio::task::block_in_place(|| wait_caught_up(s, partitions as usize));
+        let figures = service
+            .board
+            .partitions()
+            .iter()
+            .map(|p| (p.partition, p.bytes.load(Relaxed), p.commits.load(Relaxed)))
+            .collect();
         service.stop().await;
+        figures
     });
-    for p in 0..4 {
+    for p in 0..partitions {
         assert_eq!(
-            read_store(dir.path(), "s", "budget", p).1,
-            broker.model("budget", p, 0)
+            read_store(dir.path(), "s", topic, p).1,
+            broker.model(topic, p, 0)
+        );
+    }
+    figures
+}
+
+/// Regression: a store without a partition list used to count as one partition when
+/// `max_uncommitted_bytes` was split, so each of its partitions buffered the whole budget and a
+/// large changelog sat uncommitted in memory until catch-up.
+#[test]
+fn the_uncommitted_budget_is_split_over_discovered_partitions() {
+    // 64 KiB per partition.
+    let figures = commits_of_a_restore("budget", 4, 7500, |config| {
+        config.restore.max_uncommitted_bytes = 256 << 10;
+    });
+    let share = 64 << 10;
+    for (partition, bytes, commits) in figures {
+        assert!(
+            commits >= bytes / (2 * share),
+            "partition {partition}: {commits} commits for {bytes} bytes; a 64 KiB share needs about {}",
+            bytes / share
         );
     }
 }
@@ -347,47 +365,16 @@ fn the_uncommitted_budget_is_split_over_discovered_partitions() {
 /// memtable budget, here 256 KiB (1 MiB over 4 turns).
 #[test]
 fn a_large_partition_commits_within_a_turn_of_the_memtable_budget() {
-    let mut broker = Broker::new();
-    broker.create_topic("large", 1);
-    let value = vec![b'v'; 200];
-    for i in 0..15_000 {
-        broker.send(
-            "large",
-            0,
-            Some(format!("key-{i:05}").as_bytes()),
-            Some(&value),
-        );
-    }
-    broker.flush();
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = service_config(
-        &broker.bootstrap,
-        dir.path(),
-        vec![store("s", "large", None)],
-        &[],
-    );
     let turn = 256 << 10;
-    config.rocksdb.total_write_buffer_size = Some(ByteSize(4 * turn));
-    config.restore.catch_up_turns = 4;
-    config.restore.commit_interval = Duration::from_secs(3600);
-    let rt = runtime();
-    rt.block_on(async {
-        let service = Service::start(&config).await.expect("service starts");
-        let s = &service;
-        tokio::task::block_in_place(|| wait_caught_up(s, 1));
-        let p = &service.board.partitions()[0];
-        let bytes = p.bytes.load(Relaxed);
-        let commits = p.commits.load(Relaxed);
-        assert!(
-            commits >= bytes / (2 * turn),
-            "{commits} commits for {bytes} bytes; batches of a 256 KiB turn need about {}",
-            bytes / turn
-        );
-        service.stop().await;
+    let figures = commits_of_a_restore("large", 1, 15_000, |config| {
+        config.rocksdb.total_write_buffer_size = Some(ByteSize(4 * turn));
+        config.restore.catch_up_turns = 4;
     });
-    assert_eq!(
-        read_store(dir.path(), "s", "large", 0).1,
-        broker.model("large", 0, 0)
+    let (_, bytes, commits) = figures[0];
+    assert!(
+        commits >= bytes / (2 * turn),
+        "{commits} commits for {bytes} bytes; batches of a 256 KiB turn need about {}",
+        bytes / turn
     );
 }
 

@@ -78,6 +78,8 @@ impl BatchQueue {
         let taken = unsafe {
             rdsys::rd_kafka_consume_batch_queue(self.queue.as_ptr(), 0, messages.as_mut_ptr(), want)
         };
+        // With a queue handle librdkafka returns a count, never -1 (that is for its legacy topic
+        // API); errors of the fetch arrive as messages and go to `apply`.
         let taken = usize::try_from(taken).unwrap_or(0);
         let mut going = true;
         for &message in &messages[..taken] {
