@@ -649,6 +649,58 @@ fn wipe_at_run_time_keeps_the_lock_and_leaves_an_empty_store() {
     assert_rebuilt(dir.path(), store);
 }
 
+/// Descriptors this process has on `path`.
+fn descriptors_on(path: &Path) -> usize {
+    let path = fs::canonicalize(path).unwrap();
+    fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter(|fd| fs::read_link(fd.path()).ok().as_deref() == Some(path.as_path()))
+        .count()
+}
+
+/// While RocksDB has the store open its own lock keeps other processes out, so warmstore's lock
+/// file is not held open (a descriptor per store, at a thousand stores). The store stays this
+/// process's alone: a second open is refused, under another spelling of its path too, before and
+/// after a wipe, and the first store goes on committing.
+#[test]
+fn an_open_store_holds_no_descriptor_on_its_lock_yet_stays_locked() {
+    let dir = tempfile::tempdir().unwrap();
+    let alias = dir.path().join("alias");
+    std::os::unix::fs::symlink(dir.path(), &alias).unwrap();
+    let second_open = |root: &Path| {
+        Store::open(
+            paths(root),
+            tp(),
+            &StoreOptions::default(),
+            UncleanPolicy::Resume,
+            None,
+        )
+    };
+    let (mut store, _) = open(dir.path());
+    let lock = paths(dir.path()).lock;
+    for _ in 0..2 {
+        assert_eq!(descriptors_on(&lock), 0, "the lock file is not held open");
+        for root in [dir.path(), alias.as_path()] {
+            match second_open(root) {
+                Err(e @ StoreError::Locked { .. }) => {
+                    assert!(e.to_string().contains("this process"), "{e}")
+                }
+                Err(other) => panic!("expected a lock error, got {other}"),
+                Ok(_) => panic!("a second open through {} got the store", root.display()),
+            }
+        }
+        store.put(b"apple", b"1", 0).unwrap();
+        store.commit(7).unwrap();
+        assert_eq!(store.get(b"apple").unwrap(), Some(b"1".to_vec()));
+        store = store.wipe(WipeReason::OffsetOutOfRange, "test").unwrap();
+    }
+    drop(store);
+    let (store, outcome) = second_open(&alias).expect("free once closed");
+    assert_eq!(outcome, OpenOutcome::Empty);
+    drop(store);
+}
+
 #[test]
 fn a_second_process_gets_a_clear_lock_error() {
     let dir = tempfile::tempdir().unwrap();

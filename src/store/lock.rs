@@ -1,39 +1,86 @@
 //! One process per store: an exclusive `flock` on a `.lock` file beside the database directory.
 //! It sits beside, not inside, so a wipe can remove the database without dropping the lock.
 //!
+//! While RocksDB has the database open, its own `fcntl` lock on `LOCK` keeps every other process
+//! out, and warmstore checks that lock before it opens anything. So the `flock` is let go for that
+//! time and taken again before the database closes for a wipe: one descriptor fewer per open store,
+//! which is what a thousand store partitions in one process meet first. Within the process a table
+//! of held lock files (by inode, so two spellings of one path are one store) does what the `flock`
+//! did between two opens in one process.
+//!
 //! Another program may have the database open without knowing of that file: a Kafka Streams
-//! application opening its own state directory. RocksDB locks the database's `LOCK` file with
-//! `fcntl`, and an open that meets that lock fails like a damaged store would, so warmstore asks
-//! who holds it before it opens anything: a store in use is left alone, never wiped.
+//! application opening its own state directory. An open that meets RocksDB's lock fails like a
+//! damaged store would, so warmstore asks who holds it before it opens anything: a store in use is
+//! left alone, never wiped.
 
+use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::StoreError;
 
-/// Held for as long as the store is open; the kernel releases it if the process dies.
+/// The lock files (device and inode) of the stores this process holds.
+static HELD: Mutex<BTreeSet<(u64, u64)>> = Mutex::new(BTreeSet::new());
+
+/// Held for as long as the store is open; the kernel releases the `flock` (and RocksDB's lock) if
+/// the process dies.
 #[derive(Debug)]
 pub struct StoreLock {
-    _file: File,
+    path: PathBuf,
+    store_dir: PathBuf,
+    inode: (u64, u64),
+    /// The `flock`, `None` while RocksDB's lock stands in for it.
+    file: Option<File>,
 }
 
 impl StoreLock {
     /// Takes the lock without waiting. On conflict the error names the store directory and the pid
     /// recorded by the holder.
     pub fn acquire(lock_path: &Path, store_dir: &Path) -> Result<StoreLock, StoreError> {
-        let io = |source| StoreError::Io {
+        let file = open_lock_file(lock_path)?;
+        let metadata = file.metadata().map_err(io(lock_path))?;
+        let inode = (metadata.dev(), metadata.ino());
+        if !HELD
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(inode)
+        {
+            return Err(StoreError::Locked {
+                dir: store_dir.to_path_buf(),
+                holder: format!("this process (pid {})", std::process::id()),
+            });
+        }
+        // From here on, dropping the lock forgets the inode again.
+        let mut lock = StoreLock {
             path: lock_path.to_path_buf(),
-            source,
+            store_dir: store_dir.to_path_buf(),
+            inode,
+            file: None,
         };
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(lock_path)
-            .map_err(io)?;
+        lock.flock(file)?;
+        Ok(lock)
+    }
+
+    /// Lets go of the `flock` once RocksDB has the database open and its `LOCK` keeps others out.
+    pub fn yield_to_rocksdb(&mut self) {
+        self.file = None;
+    }
+
+    /// Takes the `flock` again before the database closes for a wipe; until RocksDB opens the new
+    /// one, the `flock` is all that keeps another process out.
+    pub fn take_back(&mut self) -> Result<(), StoreError> {
+        if self.file.is_none() {
+            let file = open_lock_file(&self.path)?;
+            self.flock(file)?;
+        }
+        Ok(())
+    }
+
+    fn flock(&mut self, mut file: File) -> Result<(), StoreError> {
         match try_lock_awhile(&file) {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
@@ -41,7 +88,7 @@ impl StoreLock {
                 let _ = file.read_to_string(&mut holder);
                 let holder = holder.trim();
                 return Err(StoreError::Locked {
-                    dir: store_dir.to_path_buf(),
+                    dir: self.store_dir.clone(),
                     holder: if holder.is_empty() {
                         "an unknown process".to_string()
                     } else {
@@ -49,12 +96,38 @@ impl StoreLock {
                     },
                 });
             }
-            Err(TryLockError::Error(source)) => return Err(io(source)),
+            Err(TryLockError::Error(source)) => return Err(io(&self.path)(source)),
         }
-        file.set_len(0).map_err(io)?;
-        file.seek(SeekFrom::Start(0)).map_err(io)?;
-        write!(file, "pid {}", std::process::id()).map_err(io)?;
-        Ok(StoreLock { _file: file })
+        file.set_len(0).map_err(io(&self.path))?;
+        file.seek(SeekFrom::Start(0)).map_err(io(&self.path))?;
+        write!(file, "pid {}", std::process::id()).map_err(io(&self.path))?;
+        self.file = Some(file);
+        Ok(())
+    }
+}
+
+impl Drop for StoreLock {
+    fn drop(&mut self) {
+        HELD.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.inode);
+    }
+}
+
+fn open_lock_file(path: &Path) -> Result<File, StoreError> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(io(path))
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
     }
 }
 
@@ -77,6 +150,9 @@ fn try_lock_awhile(file: &File) -> Result<(), TryLockError> {
 }
 
 /// The pid of another process that holds RocksDB's `fcntl` lock on `<db_dir>/LOCK`, if any.
+/// Only for a database this process does not have open: closing any descriptor of a file drops
+/// every `fcntl` lock the process holds on it, RocksDB's included. `StoreLock::acquire` comes first
+/// and refuses a store this process holds.
 pub fn rocksdb_lock_holder(db_dir: &Path) -> std::io::Result<Option<i32>> {
     fcntl_lock_holder(&db_dir.join("LOCK"))
 }

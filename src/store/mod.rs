@@ -70,7 +70,8 @@ pub struct Store {
     /// whatever reaches the disk after open carries it, and opening costs no write and no flush: a
     /// crash before that commit's flush leaves the store exactly as it was closed.
     marked_open: bool,
-    _lock: StoreLock,
+    /// Declared after `db`, so the database closes before the lock goes.
+    lock: StoreLock,
 }
 
 /// The time-bound flush rule (KAFKA-20663): flush once the oldest unflushed commit is `interval` old,
@@ -131,7 +132,7 @@ impl Store {
             Ok(Some(pid)) => {
                 return Err(StoreError::Locked {
                     dir: paths.db.clone(),
-                    holder: format!("another program (pid {pid}) that has the database open"),
+                    holder: format!("another process (pid {pid}) that has the database open"),
                 })
             }
             Err(source) => {
@@ -168,7 +169,7 @@ impl Store {
     /// Sets up the empty buffer; `status` 1 waits for the first commit.
     fn ready(
         db: DB,
-        lock: StoreLock,
+        mut lock: StoreLock,
         paths: StorePaths,
         tp: TopicPartition,
         options: StoreOptions,
@@ -177,6 +178,7 @@ impl Store {
         if matches!(meta::read(&paths.db), Ok(None)) {
             meta::write(&paths.db, &meta::StoreMeta::new(&tp)).map_err(io_at(&paths.db))?;
         }
+        lock.yield_to_rocksdb();
         let mut write_options = WriteOptions::default();
         write_options.disable_wal(!options.wal);
         Ok(Store {
@@ -190,7 +192,7 @@ impl Store {
             applied,
             unflushed_since: None,
             marked_open: false,
-            _lock: lock,
+            lock,
             paths,
         })
     }
@@ -323,12 +325,13 @@ impl Store {
             paths,
             tp,
             options,
-            _lock,
+            mut lock,
             ..
         } = self;
+        lock.take_back()?;
         drop(db);
         let db = wipe_and_create(&paths, &tp, &options, reason, detail)?;
-        Store::ready(db, _lock, paths, tp, options, None)
+        Store::ready(db, lock, paths, tp, options, None)
     }
 
     /// Reads a committed value as stored (a timestamped store's with its timestamp); the
