@@ -459,7 +459,7 @@ fn probe(
     }
     // RocksDB refuses to open a store without naming each of its families, and Kafka Streams
     // refuses one with a family it does not expect: a store of another type is rebuilt.
-    match DB::list_cf(&rocksdb::Options::default(), &paths.db) {
+    match DB::list_cf(&options::bare_options(), &paths.db) {
         Ok(found) => {
             if let Some(shape) = other_families(paths.kind, found) {
                 facts.identity = shape;
@@ -583,7 +583,7 @@ fn remove_store_dir(path: &Path) -> Result<(), StoreError> {
         Err(e) => Err(e),
         Ok(m) if m.is_dir() => {
             // DestroyDB removes what RocksDB knows; remove_dir_all the rest (our metadata, debris).
-            let _ = DB::destroy(&rocksdb::Options::default(), path);
+            let _ = DB::destroy(&options::bare_options(), path);
             match fs::remove_dir_all(path) {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
                 other => other,
@@ -623,7 +623,7 @@ pub fn delete(paths: &StorePaths) -> Result<(), StoreError> {
 ///
 /// Every column family the store has is opened, whatever its type.
 pub fn open_read_only(dir: &Path) -> Result<DB, rocksdb::Error> {
-    let found = DB::list_cf(&rocksdb::Options::default(), dir)?;
+    let found = DB::list_cf(&options::bare_options(), dir)?;
     let kind = if found.iter().any(|f| f == layout::TIMESTAMPED_CF) {
         StoreType::TimestampedKeyValue
     } else {
@@ -642,7 +642,7 @@ pub fn open_read_only(dir: &Path) -> Result<DB, rocksdb::Error> {
     for name in found.into_iter().filter(|name| !known.contains(name)) {
         families.push(rocksdb::ColumnFamilyDescriptor::new(
             name,
-            rocksdb::Options::default(),
+            options::bare_options(),
         ));
     }
     DB::open_cf_descriptors_read_only(&db_options, dir, families, false)
