@@ -167,7 +167,7 @@ impl Turn {
         self.bytes = bytes;
     }
 
-    #[cfg(test)]
+    /// The memory this turn stands for: what the catch-up holding it is estimated to hold.
     pub fn bytes(&self) -> u64 {
         self.bytes
     }

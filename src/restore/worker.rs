@@ -412,8 +412,9 @@ impl Worker {
         if t.flush {
             off_the_worker(|| store.flush())?;
         }
+        let mut let_go = 0;
         if t.release_turn {
-            drop(run.turn.take());
+            let_go = run.turn.take().map_or(0, |turn| turn.bytes());
             run.turn_sized = false;
         }
         if let Some(lane) = t.assign {
@@ -426,9 +427,10 @@ impl Worker {
                 phase::Lane::Tailing => &self.tailing,
             };
             run.assignment = Some(Assignment::new(queue, &self.tp, run.next)?);
-            // A partition done catching up has no restore buffers left to hold.
+            // A partition done catching up has no restore buffers left to hold; small ones give
+            // theirs back a quarter of a turn at a time.
             if t.release_turn {
-                crate::memory::release_free();
+                crate::memory::release_free(let_go, self.turns.turn_bytes / 4);
             }
         }
         if t.to == Phase::Tailing {
