@@ -64,9 +64,16 @@ def copy_changelog(bootstrap, source, target, partitions, compression):
         for m in reader.consume(10000, timeout=1):
             if m.error():
                 raise RuntimeError(m.error())
-            writer.produce(
-                target, key=m.key(), value=m.value(), partition=m.partition(), headers=header
-            )
+            while True:
+                try:
+                    writer.produce(
+                        target, key=m.key(), value=m.value(), partition=m.partition(), headers=header
+                    )
+                    break
+                except BufferError:
+                    # The producer's queue is full (a real broker acknowledges slower than the
+                    # mock cluster): wait for deliveries to make room.
+                    writer.poll(0.1)
             if m.offset() + 1 >= ends.get(m.partition(), 0):
                 ends.pop(m.partition(), None)
             writer.poll(0)
