@@ -45,11 +45,11 @@ static LET_GO: LetGo = LetGo::new();
 
 /// Gives memory that is free inside the heap back to the system once partitions ending their
 /// catch-up have let go of `threshold` bytes between them, so what a restore leaves resident
-/// beyond its live data is less than that. Without it the freed pages stay
-/// resident, part of every later peak, and a standby that has finished restoring keeps the size
-/// of its restore. Not at every catch-up: each `malloc_trim` walks the whole heap and returns
-/// each free stretch with a call of its own that interrupts the other cores, about 170 calls per
-/// partition at 1,000 small partitions, for a few hundred KiB each.
+/// beyond its live data is less than that. Without it the freed pages stay resident, part of
+/// every later peak, and a standby that has finished restoring keeps the size of its restore.
+/// Not at every catch-up: each `malloc_trim` walks the whole heap and returns each free stretch
+/// with a call of its own that interrupts the other cores, about 170 calls per partition at 1,000
+/// small partitions, for a few hundred KiB each.
 pub fn release_free(bytes: u64, threshold: u64) {
     if LET_GO.add(bytes, threshold) {
         trim();
