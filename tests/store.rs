@@ -495,13 +495,18 @@ fn a_store_dropped_before_its_first_commit_is_still_clean() {
     );
 }
 
-/// Table files of `dir` this process has open.
-fn open_table_files(dir: &Path) -> usize {
-    let dir = fs::canonicalize(dir).unwrap();
+/// What this process's descriptors point at.
+fn open_files() -> impl Iterator<Item = PathBuf> {
     fs::read_dir("/proc/self/fd")
         .unwrap()
         .flatten()
         .filter_map(|fd| fs::read_link(fd.path()).ok())
+}
+
+/// Table files of `dir` this process has open.
+fn open_table_files(dir: &Path) -> usize {
+    let dir = fs::canonicalize(dir).unwrap();
+    open_files()
         .filter(|target| target.starts_with(&dir) && target.extension() == Some("sst".as_ref()))
         .count()
 }
@@ -652,11 +657,7 @@ fn wipe_at_run_time_keeps_the_lock_and_leaves_an_empty_store() {
 /// Descriptors this process has on `path`.
 fn descriptors_on(path: &Path) -> usize {
     let path = fs::canonicalize(path).unwrap();
-    fs::read_dir("/proc/self/fd")
-        .unwrap()
-        .flatten()
-        .filter(|fd| fs::read_link(fd.path()).ok().as_deref() == Some(path.as_path()))
-        .count()
+    open_files().filter(|target| *target == path).count()
 }
 
 /// While RocksDB has the store open its own lock keeps other processes out, so warmstore's lock

@@ -67,6 +67,11 @@ pub fn needs_turn(position: i64, end_offset: i64, ready_max_lag: u64) -> bool {
 /// all load at once.
 pub const MIN_TURN_PARTS: u64 = 16;
 
+/// Freed memory goes back to the system once catch-ups that ended have let go of this part of a
+/// turn between them (`memory::release_free`): a large catch-up gives its memory back at once,
+/// small ones a few at a time, since each give-back walks the whole heap.
+pub const RELEASE_TURN_PARTS: u64 = 4;
+
 /// Memory a catching-up partition holds per record beyond its key and value, measured with the
 /// bench's changelog (about 195 bytes held per record of 111 bytes of key and value, at 500,000 and
 /// at 2,000,000 records): the memtable entry (sequence, lengths, the vector's pointer, arena

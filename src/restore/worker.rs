@@ -412,11 +412,13 @@ impl Worker {
         if t.flush {
             off_the_worker(|| store.flush())?;
         }
-        let mut let_go = 0;
-        if t.release_turn {
-            let_go = run.turn.take().map_or(0, |turn| turn.bytes());
+        // What the catch-up held, by its turn's estimate, given back below.
+        let let_go = if t.release_turn {
             run.turn_sized = false;
-        }
+            run.turn.take().map_or(0, |turn| turn.bytes())
+        } else {
+            0
+        };
         if let Some(lane) = t.assign {
             drop(run.assignment.take());
             let catching_up = lane == phase::Lane::CatchingUp;
@@ -427,10 +429,10 @@ impl Worker {
                 phase::Lane::Tailing => &self.tailing,
             };
             run.assignment = Some(Assignment::new(queue, &self.tp, run.next)?);
-            // A partition done catching up has no restore buffers left to hold; small ones give
-            // theirs back a quarter of a turn at a time.
+            // A partition done catching up has no restore buffers left to hold.
             if t.release_turn {
-                crate::memory::release_free(let_go, self.turns.turn_bytes / 4);
+                let threshold = self.turns.turn_bytes / policy::RELEASE_TURN_PARTS;
+                crate::memory::release_free(let_go, threshold);
             }
         }
         if t.to == Phase::Tailing {

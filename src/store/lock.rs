@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::StoreError;
+use super::{io_at, StoreError};
 
 /// The lock files (device and inode) of the stores this process holds.
 static HELD: Mutex<BTreeSet<(u64, u64)>> = Mutex::new(BTreeSet::new());
@@ -42,7 +42,7 @@ impl StoreLock {
     /// recorded by the holder.
     pub fn acquire(lock_path: &Path, store_dir: &Path) -> Result<StoreLock, StoreError> {
         let file = open_lock_file(lock_path)?;
-        let metadata = file.metadata().map_err(io(lock_path))?;
+        let metadata = file.metadata().map_err(io_at(lock_path))?;
         let inode = (metadata.dev(), metadata.ino());
         if !HELD
             .lock()
@@ -96,11 +96,11 @@ impl StoreLock {
                     },
                 });
             }
-            Err(TryLockError::Error(source)) => return Err(io(&self.path)(source)),
+            Err(TryLockError::Error(source)) => return Err(io_at(&self.path)(source)),
         }
-        file.set_len(0).map_err(io(&self.path))?;
-        file.seek(SeekFrom::Start(0)).map_err(io(&self.path))?;
-        write!(file, "pid {}", std::process::id()).map_err(io(&self.path))?;
+        file.set_len(0).map_err(io_at(&self.path))?;
+        file.seek(SeekFrom::Start(0)).map_err(io_at(&self.path))?;
+        write!(file, "pid {}", std::process::id()).map_err(io_at(&self.path))?;
         self.file = Some(file);
         Ok(())
     }
@@ -121,14 +121,7 @@ fn open_lock_file(path: &Path) -> Result<File, StoreError> {
         .create(true)
         .truncate(false)
         .open(path)
-        .map_err(io(path))
-}
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
-    move |source| StoreError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
+        .map_err(io_at(path))
 }
 
 /// How long a lock held by someone else may take to come free before the store counts as locked.
