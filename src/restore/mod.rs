@@ -237,10 +237,10 @@ impl Launcher {
         };
         let (Some(tailing), Some(catching_up)) = (lane(&self.tailing), lane(&self.catching_up))
         else {
-            status.set_state(
-                PartitionState::Failed,
-                Some(format!("cannot create a queue for {tp}")),
-            );
+            let reason = format!("cannot create a queue for {tp}");
+            tracing::error!(store = %store.name, topic = %tp.topic, partition, %reason,
+                "store partition failed");
+            status.set_state(PartitionState::Failed, Some(reason));
             return None;
         };
         let (stop_handle, stop) = self.stop.child();
