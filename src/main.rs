@@ -135,7 +135,7 @@ fn restore(config: Config, timeout: Option<std::time::Duration>) -> anyhow::Resu
 
 fn demo(args: DemoArgs) -> ExitCode {
     let result = runtime()
-        .map_err(|e| DemoError::Failed(format!("{e:#}")))
+        .map_err(|e| DemoError::Failed(one_line(&e)))
         .and_then(|rt| rt.block_on(demo::run(args)));
     match result {
         Ok(summary) => {
@@ -167,11 +167,27 @@ fn exit_code(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("error: {e:#}");
+            let line = one_line(&e);
+            tracing::error!("{line}");
+            eprintln!("error: {line}");
             ExitCode::from(1)
         }
     }
+}
+
+/// The error and its causes on one line. Most of warmstore's errors name their cause in their own
+/// message, so that `/stores` and the log show it too; a cause is added only where the text so far
+/// does not already end with it, so no reason is printed twice.
+fn one_line(error: &anyhow::Error) -> String {
+    let mut line = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !line.ends_with(&cause) {
+            line.push_str(": ");
+            line.push_str(&cause);
+        }
+    }
+    line
 }
 
 /// Prints `value` as indented JSON on stdout.

@@ -115,3 +115,32 @@ fn the_demo_restores_and_reports() {
     assert!(stdout.contains("checked against the changelog"), "{stdout}");
     assert!(dir.path().join("demo/3/CURRENT").exists());
 }
+
+#[test]
+fn a_taken_port_is_named_once_with_its_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let config = dir.path().join("c.yaml");
+    let state = dir.path().join("state");
+    std::fs::write(
+        &config,
+        format!(
+            "kafka:\n  bootstrap.servers: 127.0.0.1:9\nstate_dir: {}\nhttp:\n  listen: {addr}\nstores:\n  - name: counts\n    changelog: t\n",
+            state.display()
+        ),
+    )
+    .unwrap();
+    let out = warmstore(&["run", "--config", config.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("error: "))
+        .unwrap_or_else(|| panic!("no error line in {err}"));
+    assert!(line.contains(&format!("cannot listen on {addr}")), "{line}");
+    assert!(
+        line.contains("in use") && line.matches("os error").count() == 1,
+        "the reason once: {line}"
+    );
+}
