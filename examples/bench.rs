@@ -22,10 +22,7 @@
 //! `--broker HOST:PORT` the same process fills a topic of an existing Kafka broker instead
 //! (docs/testing.md says how to run one), and deletes it at the end.
 //!
-//! usage: cargo run --release --example bench -- [--records N] [--partitions P] [--value-size B]
-//!        [--rss-records N] [--compressed CODEC,...] [--one-core] [--kafka key=value ...] [--no-peer]
-//!        [--scale P1,P2,... [--baseline BIN] [--idle-seconds S]] [--large RECORDSxPARTITIONS,...]
-//!        [--broker HOST:PORT]
+//! `--help` prints the usage.
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -35,6 +32,51 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const TOPIC: &str = "bench-changelog";
+
+const USAGE: &str =
+    "usage: cargo run --release --example bench -- [--records N] [--partitions P] [--value-size B]
+       [--rss-records N] [--compressed CODEC,...] [--one-core] [--kafka key=value ...] [--no-peer]
+       [--scale P1,P2,... [--baseline BIN] [--idle-seconds S]] [--large RECORDSxPARTITIONS,...]
+       [--broker HOST:PORT]";
+
+/// Flags followed by a value, and flags alone.
+const TAKES_VALUE: [&str; 11] = [
+    "--records",
+    "--partitions",
+    "--value-size",
+    "--rss-records",
+    "--compressed",
+    "--kafka",
+    "--scale",
+    "--baseline",
+    "--idle-seconds",
+    "--large",
+    "--broker",
+];
+const SWITCHES: [&str; 2] = ["--one-core", "--no-peer"];
+
+/// A run takes minutes, so `--help` or a misspelt flag must not start one: the usage instead,
+/// on stdout for `--help` (exit 0) and on stderr naming the flag otherwise (exit 2).
+fn check_args(args: &[String]) {
+    let mut rest = args.iter().skip(1);
+    while let Some(a) = rest.next() {
+        if a == "--help" || a == "-h" {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
+        let problem = if TAKES_VALUE.contains(&a.as_str()) {
+            rest.next().is_none().then(|| format!("{a} takes a value"))
+        } else if SWITCHES.contains(&a.as_str()) {
+            None
+        } else {
+            Some(format!("unknown argument {a}"))
+        };
+        if let Some(problem) = problem {
+            eprintln!("error: {problem}\n{USAGE}");
+            std::process::exit(2);
+        }
+    }
+}
 
 fn arg(args: &[String], name: &str, default: u64) -> u64 {
     args.iter()
@@ -582,6 +624,7 @@ fn mib(bytes: u64) -> f64 {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    check_args(&args);
     let records = arg(&args, "--records", 2_000_000);
     let partitions = arg(&args, "--partitions", 64);
     let value_size = arg(&args, "--value-size", 100);
@@ -925,7 +968,10 @@ fn quix_peer(broker: &mut Broker, state_dir: &Path, partitions: u64) -> (u64, f6
         .stderr(Stdio::inherit())
         .output()
         .expect("python3 runs bench/quix_peer.py (pip install quixstreams)");
-    assert!(output.status.success(), "the Quix peer failed");
+    assert!(
+        output.status.success(),
+        "the Quix peer failed, its error above (`pip install quixstreams` installs it; --no-peer skips it)"
+    );
     let stdout = String::from_utf8_lossy(&output.stdout);
     let last = stdout.lines().last().unwrap_or_default();
     let field = |name: &str| {

@@ -172,3 +172,26 @@ fn the_store_benchmark_produces_every_figure() {
         assert!(!line.contains("NaN"), "{line}");
     }
 }
+
+/// A run takes minutes: `--help` prints the usage and a misspelt flag is refused, neither starting one.
+#[test]
+fn help_and_a_misspelt_flag_start_no_run() {
+    let usage = run_example("bench", &["--help".as_ref()]);
+    assert!(
+        usage.starts_with("usage:") && usage.contains("--scale"),
+        "{usage}"
+    );
+    let example = warmstore().parent().unwrap().join("examples/bench");
+    let out = Command::new(&example)
+        .args(["--record", "5"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("unknown argument --record"), "{err}");
+    assert!(
+        out.stdout.is_empty(),
+        "no run started: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
