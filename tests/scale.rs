@@ -126,3 +126,54 @@ fn three_hundred_partitions_restore_with_bounded_threads_and_files() {
         assert_eq!(data, broker.model("many", p, 0), "partition {p}");
     }
 }
+
+/// Threads of the process with this name.
+fn threads_named(pid: u32, name: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm")).is_ok_and(|comm| comm.trim() == name)
+        })
+        .count()
+}
+
+/// RocksDB's flush and compaction pools are the process's, sized by the config rather than by
+/// what one store asks for (one of each): a user on a large machine sees them in `top -H`.
+#[test]
+fn rocksdb_background_threads_follow_the_config() {
+    let mut broker = Broker::new();
+    broker.create_topic("pools", 4);
+    broker.produce_changelog("pools", 4, RECORDS_PER_PARTITION, 3);
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let config = write_config(
+        dir.path(),
+        &broker.bootstrap,
+        &addr,
+        "  - name: pools\n    changelog: pools\nrocksdb:\n  flush_threads: 3\n  compaction_threads: 2\n",
+        "  ready_max_lag: 0\n",
+    );
+    let child = Command::new(env!("CARGO_BIN_EXE_warmstore"))
+        .args(["run", "--config", config.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("warmstore starts");
+    let running = Running(child);
+    let pid = running.0.id();
+    // Every catch-up ends in a flush, so the pools have started by the time all are caught up.
+    wait_until("every partition caught up", Duration::from_secs(60), || {
+        http_get(&addr, "/readyz").0 == 200
+    });
+    let (flush, compaction) = (
+        threads_named(pid, "rocksdb:high"),
+        threads_named(pid, "rocksdb:low"),
+    );
+    assert_eq!(
+        (flush, compaction),
+        (3, 2),
+        "flush and compaction threads: {}",
+        thread_names(pid)
+    );
+}

@@ -425,6 +425,19 @@ stores:
     }
 
     #[test]
+    fn background_threads_take_a_count_of_at_least_one() {
+        let with = |line: &str| FULL.replace("  write_buffer_size: 64MiB", line);
+        let c = Config::parse(&with("  flush_threads: 4\n  compaction_threads: 6"), None).unwrap();
+        assert_eq!(c.rocksdb.flush_threads.map(|n| n.get()), Some(4));
+        assert_eq!(c.rocksdb.compaction_threads.map(|n| n.get()), Some(6));
+        let e = Config::parse(&with("  flush_threads: 0"), None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rocksdb.flush_threads"), "{e}");
+        assert!(e.contains("line 15"), "{e}");
+    }
+
+    #[test]
     fn the_old_name_of_catch_up_turns_still_works_with_a_warning() {
         let with = |line: &str| FULL.replace("  ready_max_lag: 10000", line);
         let c = Config::parse(&with("  max_parallel_restores: 3"), None).unwrap();

@@ -18,7 +18,7 @@ use crate::kafka::batch::BatchQueue;
 use crate::kafka::consumers::{self, ChangelogConsumer};
 use crate::kafka::statistics::WatermarkCells;
 use crate::observe::status::{Board, PartitionState, PartitionStatus};
-use crate::store::{StoreOptions, StorePaths, TopicPartition};
+use crate::store::{BackgroundThreads, StoreOptions, StorePaths, TopicPartition};
 use tasks::{blocking, Stop, StopHandle, Tasks};
 use worker::{LaneQueue, Worker};
 
@@ -34,6 +34,8 @@ pub enum EngineError {
     Runtime(#[from] std::io::Error),
     #[error("cannot start the consumer group member's thread: {0}")]
     MemberThread(std::io::Error),
+    #[error("cannot size RocksDB's background threads: {0}")]
+    BackgroundThreads(#[source] rocksdb::Error),
 }
 
 /// A running engine. `stop` (or drop) closes every store cleanly.
@@ -51,6 +53,13 @@ impl Engine {
     pub fn start(config: &Config, board: Arc<Board>) -> Result<Engine, EngineError> {
         let options = config.store_options();
         options.warn_about_ignored_settings();
+        let pools = BackgroundThreads::sized(&options.rocksdb, tasks::cores());
+        pools.apply().map_err(EngineError::BackgroundThreads)?;
+        tracing::info!(
+            flush = pools.flush,
+            compaction = pools.compaction,
+            "RocksDB background threads"
+        );
         for message in &config.restore.deprecated {
             tracing::warn!("{message}");
         }

@@ -122,12 +122,16 @@ impl Drop for Running {
     }
 }
 
+/// Cores this process may run on (its CPU affinity), or 2 when that cannot be read.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
 /// Builds the engine's runtime: one worker thread per core for the restore work, which is CPU
 /// bound, and a few threads for blocking calls.
 pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(cores)
+        .worker_threads(cores())
         .max_blocking_threads(BLOCKING_THREADS)
         .thread_name("restore")
         .enable_time()

@@ -27,7 +27,9 @@ pub use format::TopicPartition;
 use format::{decode_i64, encode_i64, OFFSETS_CF, STATUS_CLOSED, STATUS_KEY, STATUS_OPEN};
 pub use layout::{Layout, StorePaths, StoreType};
 use lock::StoreLock;
-pub use options::{CompactionStyle, Compression, RocksDbOverrides, StoreOptions};
+pub use options::{
+    BackgroundThreads, CompactionStyle, Compression, RocksDbOverrides, StoreOptions,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

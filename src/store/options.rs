@@ -6,6 +6,7 @@ use rocksdb::{
     InfoLogger, LogLevel, MemtableFactory, Options, WriteBufferManager,
 };
 use serde::Deserialize;
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use super::layout::StoreType;
@@ -22,6 +23,15 @@ pub struct RocksDbOverrides {
     pub write_buffer_size: Option<ByteSize>,
     pub max_write_buffer_number: Option<i32>,
     pub max_background_jobs: Option<i32>,
+    /// Threads that flush memtables, shared by every store of the process (default half the
+    /// cores, at least 1). RocksDB's pools are process-wide and grow only to what one store asks
+    /// for, one flush at a time, so without this a process of many stores flushes on a single
+    /// thread however many cores it has.
+    pub flush_threads: Option<NonZeroU32>,
+    /// Threads that compact table files, shared by every store of the process (default a quarter
+    /// of the cores, at least 1). A store still compacts one job at a time: more parallel compactions
+    /// of one store measured more rewriting, not more speed.
+    pub compaction_threads: Option<NonZeroU32>,
     pub target_file_size_base: Option<ByteSize>,
     pub level0_file_num_compaction_trigger: Option<i32>,
     /// Codec of new table files. Default `none`, as Kafka Streams writes them; whatever is chosen,
@@ -86,6 +96,40 @@ impl CompactionStyle {
             CompactionStyle::Leveled => DBCompactionStyle::Level,
             CompactionStyle::Universal => DBCompactionStyle::Universal,
         }
+    }
+}
+
+/// RocksDB's process-wide pools of background threads, which every store's flushes and
+/// compactions queue on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackgroundThreads {
+    pub flush: u32,
+    pub compaction: u32,
+}
+
+impl BackgroundThreads {
+    /// What the config asks for, or half the cores for flushes and a quarter for compactions,
+    /// at least one each. Flushes are on the restore's path: every catch-up ends in one, and a
+    /// store's writer waits while its memtables are full; a profile put the flush thread at a
+    /// third of the process's CPU. Compactions are not on it for the small stores that make up
+    /// most of a process, and a large store runs one at a time however many threads there are.
+    pub fn sized(overrides: &RocksDbOverrides, cores: usize) -> BackgroundThreads {
+        let share = |divisor: usize| (cores / divisor).max(1) as u32;
+        BackgroundThreads {
+            flush: overrides.flush_threads.map_or(share(2), NonZeroU32::get),
+            compaction: overrides
+                .compaction_threads
+                .map_or(share(4), NonZeroU32::get),
+        }
+    }
+
+    /// Sizes the pools of RocksDB's default environment, the one every store runs on. Stores
+    /// opened later can only grow them, to what a store's `max_background_jobs` asks for.
+    pub fn apply(self) -> Result<(), rocksdb::Error> {
+        let mut env = rocksdb::Env::new()?;
+        env.set_high_priority_background_threads(self.flush as i32);
+        env.set_low_priority_background_threads(self.compaction as i32);
+        Ok(())
     }
 }
 
@@ -325,5 +369,27 @@ impl StoreOptions {
             })
             .collect();
         (db, families)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn background_threads_follow_the_cores_unless_configured() {
+        let none = RocksDbOverrides::default();
+        let sized = |o: &RocksDbOverrides, cores| BackgroundThreads::sized(o, cores);
+        let pools = |flush, compaction| BackgroundThreads { flush, compaction };
+        assert_eq!(sized(&none, 1), pools(1, 1));
+        assert_eq!(sized(&none, 2), pools(1, 1));
+        assert_eq!(sized(&none, 4), pools(2, 1));
+        assert_eq!(sized(&none, 16), pools(8, 4));
+        let set = RocksDbOverrides {
+            flush_threads: NonZeroU32::new(3),
+            compaction_threads: NonZeroU32::new(5),
+            ..RocksDbOverrides::default()
+        };
+        assert_eq!(sized(&set, 2), pools(3, 5));
     }
 }
