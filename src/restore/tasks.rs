@@ -122,7 +122,8 @@ impl Drop for Running {
     }
 }
 
-/// Cores this process may run on (its CPU affinity), or 2 when that cannot be read.
+/// Cores this process may run on: its CPU affinity and its cgroup's CPU limit (a pod's
+/// `resources.limits.cpu`), as the standard library reads them, or 2 when neither can be read.
 pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get())
 }
