@@ -61,27 +61,52 @@ fn open_files(pid: u32) -> usize {
         .count()
 }
 
+/// `warmstore run` warming one store of `topic`, with `partitions` partitions of small records
+/// produced beforehand, and `extra` appended to its config.
+struct Warming {
+    broker: Broker,
+    dir: tempfile::TempDir,
+    addr: String,
+    running: Running,
+}
+
+impl Warming {
+    fn start(topic: &str, partitions: i32, extra: &str) -> Warming {
+        let mut broker = Broker::new();
+        broker.create_topic(topic, partitions);
+        broker.produce_changelog(topic, partitions, RECORDS_PER_PARTITION, 3);
+        let dir = tempfile::tempdir().unwrap();
+        let addr = format!("127.0.0.1:{}", free_port());
+        let config = write_config(
+            dir.path(),
+            &broker.bootstrap,
+            &addr,
+            &format!("  - name: {topic}\n    changelog: {topic}\n{extra}"),
+            "  ready_max_lag: 0\n",
+        );
+        let child = Command::new(env!("CARGO_BIN_EXE_warmstore"))
+            .args(["run", "--config", config.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("warmstore starts");
+        Warming {
+            broker,
+            dir,
+            addr,
+            running: Running(child),
+        }
+    }
+}
+
 #[test]
 fn three_hundred_partitions_restore_with_bounded_threads_and_files() {
-    let mut broker = Broker::new();
-    broker.create_topic("many", PARTITIONS);
-    broker.produce_changelog("many", PARTITIONS, RECORDS_PER_PARTITION, 3);
-    let dir = tempfile::tempdir().unwrap();
-    let addr = format!("127.0.0.1:{}", free_port());
-    let config = write_config(
-        dir.path(),
-        &broker.bootstrap,
-        &addr,
-        "  - name: many\n    changelog: many\n",
-        "  ready_max_lag: 0\n",
-    );
-    let child = Command::new(env!("CARGO_BIN_EXE_warmstore"))
-        .args(["run", "--config", config.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("warmstore starts");
-    let mut running = Running(child);
+    let Warming {
+        broker,
+        dir,
+        addr,
+        mut running,
+    } = Warming::start("many", PARTITIONS, "");
     let pid = running.0.id();
     let (mut most_threads, mut names) = (0, String::new());
     let mut count_threads = || {
@@ -142,29 +167,15 @@ fn threads_named(pid: u32, name: &str) -> usize {
 /// what one store asks for (one of each): a user on a large machine sees them in `top -H`.
 #[test]
 fn rocksdb_background_threads_follow_the_config() {
-    let mut broker = Broker::new();
-    broker.create_topic("pools", 4);
-    broker.produce_changelog("pools", 4, RECORDS_PER_PARTITION, 3);
-    let dir = tempfile::tempdir().unwrap();
-    let addr = format!("127.0.0.1:{}", free_port());
-    let config = write_config(
-        dir.path(),
-        &broker.bootstrap,
-        &addr,
-        "  - name: pools\n    changelog: pools\nrocksdb:\n  flush_threads: 3\n  compaction_threads: 2\n",
-        "  ready_max_lag: 0\n",
+    let warming = Warming::start(
+        "pools",
+        4,
+        "rocksdb:\n  flush_threads: 3\n  compaction_threads: 2\n",
     );
-    let child = Command::new(env!("CARGO_BIN_EXE_warmstore"))
-        .args(["run", "--config", config.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("warmstore starts");
-    let running = Running(child);
-    let pid = running.0.id();
+    let (addr, pid) = (&warming.addr, warming.running.0.id());
     // Every catch-up ends in a flush, so the pools have started by the time all are caught up.
     wait_until("every partition caught up", Duration::from_secs(60), || {
-        http_get(&addr, "/readyz").0 == 200
+        http_get(addr, "/readyz").0 == 200
     });
     let (flush, compaction) = (
         threads_named(pid, "rocksdb:high"),
