@@ -196,10 +196,50 @@ fn sigkill_with_the_wipe_policy_rebuilds_and_says_why() {
     }
 }
 
-/// Stores that cannot be flushed make a stop slow: RocksDB retries a failed flush after a second, on
-/// one thread for every store of the process. Found with a 1,000-partition process whose state
-/// directory was deleted under it, which then took minutes to stop and said nothing. Now the stop
-/// says what it waits for, and a second SIGTERM exits 1 at once.
+/// Ready means the restore survives a kill: a partition shows it has reached the end only once its
+/// first catch-up is flushed (with the WAL off, only flushed commits survive). Found by the group
+/// test that kills a member as soon as the group has settled: its position reached the end before
+/// the flush did, so `/readyz` said 200 while a store's restore was still only in memory, and the
+/// restarted member found that store empty.
+#[test]
+fn a_standby_killed_the_moment_it_is_ready_keeps_every_restore() {
+    const PARTITIONS: i32 = 64;
+    let mut broker = Broker::new();
+    broker.create_topic("ready", PARTITIONS);
+    broker.produce_changelog("ready", PARTITIONS, 50, 8);
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let config = write_config(
+        dir.path(),
+        &broker.bootstrap,
+        &addr,
+        "  - name: s\n    changelog: ready\n",
+        "  ready_max_lag: 0\n",
+    );
+    let mut child = start(&config, &dir.path().join("warmstore.log"));
+    // Polled without a pause: the 64 first flushes queue on one flush thread, and the kill must
+    // land while the last of them may still be waiting.
+    let until = std::time::Instant::now() + Duration::from_secs(120);
+    while http_get(&addr, "/readyz").0 != 200 {
+        assert!(
+            std::time::Instant::now() < until,
+            "timed out waiting for /readyz 200"
+        );
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    for p in 0..PARTITIONS {
+        let (applied, data) = read_store(&dir.path().join("state"), "s", "ready", p);
+        assert_eq!(applied, Some(49), "partition {p}: ready, then killed");
+        assert_eq!(data, broker.model("ready", p, 0), "partition {p}");
+    }
+}
+
+/// Stores that cannot be flushed make a stop slow: RocksDB retries a failed flush after a
+/// second, on the flush threads every store of the process shares (one on two cores). Found
+/// with a 1,000-partition process whose state directory was deleted under it, which then took
+/// minutes to stop and said nothing. Now the stop says what it waits for, and a second SIGTERM
+/// exits 1 at once.
 #[test]
 fn a_stop_that_cannot_flush_says_so_and_a_second_sigterm_exits() {
     let (warm, child) = Warm::start("stuck", 60, 20, "");

@@ -436,6 +436,7 @@ impl Worker {
             }
         }
         if t.to == Phase::Tailing {
+            self.status.position.store(run.next, Relaxed);
             self.show_state(true);
         }
         Ok(())
@@ -576,7 +577,11 @@ impl Worker {
             ));
             run.turn_sized = true;
         }
-        status.position.store(run.next, Relaxed);
+        // A position at the end makes the partition ready; at the end of a catch-up it is shown
+        // once the transition has flushed, so a ready standby killed at once keeps its restore.
+        if event != Some(Event::CaughtUp) {
+            status.position.store(run.next, Relaxed);
+        }
         let rate = policy::smooth_rate(
             status.rate(),
             batch.records + batch.null_keys,
