@@ -142,6 +142,13 @@ struct Warm {
 
 impl Warm {
     fn start(topic: &str, partitions: i32, records: usize, restore: &str) -> (Warm, Running) {
+        let warm = Warm::new(topic, partitions, records, restore);
+        let child = warm.restart();
+        (warm, child)
+    }
+
+    /// The changelog produced and the config written; nothing started.
+    fn new(topic: &str, partitions: i32, records: usize, restore: &str) -> Warm {
         let mut broker = Broker::new();
         broker.create_topic(topic, partitions);
         broker.produce_changelog(topic, partitions, records, 8);
@@ -151,15 +158,13 @@ impl Warm {
         let restore = format!("  ready_max_lag: 0\n{restore}");
         let config = write_config(dir.path(), &broker.bootstrap, &addr, &stores, &restore);
         let log_file = dir.path().join("warmstore.log");
-        let warm = Warm {
+        Warm {
             broker,
             dir,
             addr,
             config,
             log_file,
-        };
-        let child = warm.restart();
-        (warm, child)
+        }
     }
 
     /// Starts the process (again) and waits until it is warm.
@@ -204,23 +209,12 @@ fn sigkill_with_the_wipe_policy_rebuilds_and_says_why() {
 #[test]
 fn a_standby_killed_the_moment_it_is_ready_keeps_every_restore() {
     const PARTITIONS: i32 = 64;
-    let mut broker = Broker::new();
-    broker.create_topic("ready", PARTITIONS);
-    broker.produce_changelog("ready", PARTITIONS, 50, 8);
-    let dir = tempfile::tempdir().unwrap();
-    let addr = format!("127.0.0.1:{}", free_port());
-    let config = write_config(
-        dir.path(),
-        &broker.bootstrap,
-        &addr,
-        "  - name: s\n    changelog: ready\n",
-        "  ready_max_lag: 0\n",
-    );
-    let mut child = start(&config, &dir.path().join("warmstore.log"));
+    let warm = Warm::new("ready", PARTITIONS, 50, "");
+    let mut child = start(&warm.config, &warm.log_file);
     // Polled without a pause: the 64 first flushes queue on one flush thread, and the kill must
     // land while the last of them may still be waiting.
     let until = std::time::Instant::now() + Duration::from_secs(120);
-    while http_get(&addr, "/readyz").0 != 200 {
+    while http_get(&warm.addr, "/readyz").0 != 200 {
         assert!(
             std::time::Instant::now() < until,
             "timed out waiting for /readyz 200"
@@ -229,9 +223,9 @@ fn a_standby_killed_the_moment_it_is_ready_keeps_every_restore() {
     child.kill().unwrap();
     child.wait().unwrap();
     for p in 0..PARTITIONS {
-        let (applied, data) = read_store(&dir.path().join("state"), "s", "ready", p);
+        let (applied, data) = read_store(&warm.dir.path().join("state"), "s", "ready", p);
         assert_eq!(applied, Some(49), "partition {p}: ready, then killed");
-        assert_eq!(data, broker.model("ready", p, 0), "partition {p}");
+        assert_eq!(data, warm.broker.model("ready", p, 0), "partition {p}");
     }
 }
 
