@@ -42,8 +42,8 @@ fn threads(pid: u32) -> usize {
         .expect("a thread count")
 }
 
-/// Thread names and how many have each, for a failure message.
-fn thread_names(pid: u32) -> String {
+/// Thread names and how many have each.
+fn thread_counts(pid: u32) -> std::collections::BTreeMap<String, usize> {
     let mut names = std::collections::BTreeMap::<String, usize>::new();
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
@@ -52,7 +52,12 @@ fn thread_names(pid: u32) -> String {
         let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
         *names.entry(name.trim().to_string()).or_default() += 1;
     }
-    format!("{names:?}")
+    names
+}
+
+/// Thread names and how many have each, for a failure message.
+fn thread_names(pid: u32) -> String {
+    format!("{:?}", thread_counts(pid))
 }
 
 fn open_files(pid: u32) -> usize {
@@ -152,17 +157,6 @@ fn three_hundred_partitions_restore_with_bounded_threads_and_files() {
     }
 }
 
-/// Threads of the process with this name.
-fn threads_named(pid: u32, name: &str) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .flatten()
-        .filter(|task| {
-            std::fs::read_to_string(task.path().join("comm")).is_ok_and(|comm| comm.trim() == name)
-        })
-        .count()
-}
-
 /// RocksDB's flush and compaction pools are the process's, sized by the config rather than by
 /// what one store asks for (one of each): a user on a large machine sees them in `top -H`.
 #[test]
@@ -177,14 +171,11 @@ fn rocksdb_background_threads_follow_the_config() {
     wait_until("every partition caught up", Duration::from_secs(60), || {
         http_get(addr, "/readyz").0 == 200
     });
-    let (flush, compaction) = (
-        threads_named(pid, "rocksdb:high"),
-        threads_named(pid, "rocksdb:low"),
-    );
+    let threads = thread_counts(pid);
+    let named = |name: &str| threads.get(name).copied().unwrap_or(0);
     assert_eq!(
-        (flush, compaction),
+        (named("rocksdb:high"), named("rocksdb:low")),
         (3, 2),
-        "flush and compaction threads: {}",
-        thread_names(pid)
+        "flush and compaction threads: {threads:?}"
     );
 }

@@ -436,8 +436,7 @@ impl Worker {
             }
         }
         if t.to == Phase::Tailing {
-            self.status.position.store(run.next, Relaxed);
-            self.show_state(true);
+            self.show_state(run.next, true);
         }
         Ok(())
     }
@@ -577,11 +576,6 @@ impl Worker {
             ));
             run.turn_sized = true;
         }
-        // A position at the end makes the partition ready; at the end of a catch-up it is shown
-        // once the transition has flushed, so a ready standby killed at once keeps its restore.
-        if event != Some(Event::CaughtUp) {
-            status.position.store(run.next, Relaxed);
-        }
         let rate = policy::smooth_rate(
             status.rate(),
             batch.records + batch.null_keys,
@@ -601,18 +595,22 @@ impl Worker {
         // Reaching the end shows once the transition is done: the first catch-up flushed, and the
         // partition off the catching-up consumer.
         if event != Some(Event::CaughtUp) {
-            self.show_state(caught_up);
+            self.show_state(run.next, caught_up);
         }
         Ok(event)
     }
 
-    /// While no broker is reachable the partition is failed, visibly; librdkafka reconnects with
-    /// its own backoff, and the partition resumes where it was without a restart.
-    fn show_state(&self, caught_up: bool) {
+    /// Shows the position and the state together. `/readyz` reads readiness from the position,
+    /// so a position at the end shown before the first catch-up's flush made a standby ready
+    /// while its restore was only in memory (with the WAL off, lost to a kill). While no broker
+    /// is reachable the partition is failed, visibly; librdkafka reconnects with its own backoff,
+    /// and the partition resumes where it was without a restart.
+    fn show_state(&self, next: i64, caught_up: bool) {
+        let status = &self.status;
+        status.position.store(next, Relaxed);
         if self.show_outage() {
             return;
         }
-        let status = &self.status;
         let state = if caught_up {
             PartitionState::CaughtUp
         } else {

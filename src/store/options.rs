@@ -29,8 +29,8 @@ pub struct RocksDbOverrides {
     /// thread however many cores it has.
     pub flush_threads: Option<NonZeroU32>,
     /// Threads that compact table files, shared by every store of the process (default a quarter
-    /// of the cores, at least 1). A store still compacts one job at a time: more parallel compactions
-    /// of one store measured more rewriting, not more speed.
+    /// of the cores, at least 1). A store still compacts one job at a time: more compactions at
+    /// once of one store measured more rewriting, not more speed.
     pub compaction_threads: Option<NonZeroU32>,
     pub target_file_size_base: Option<ByteSize>,
     pub level0_file_num_compaction_trigger: Option<i32>,
