@@ -157,23 +157,22 @@ fn stall_seconds(store: &Store) -> f64 {
         .fold(0.0, |total, part| total * 60.0 + part)
 }
 
-fn options_for(style: &str) -> StoreOptions {
+/// The store options of a candidate, and whether it defers compaction for the whole load.
+fn options_for(style: &str) -> (StoreOptions, bool) {
     let config = Config::parse(
         "kafka:\n  bootstrap.servers: unused:9092\nstores:\n  - name: bench\n    changelog: bench\n",
         None,
     )
     .unwrap();
     let mut options = config.store_options();
-    match style {
-        "leveled" => options.rocksdb.compaction_style = Some(CompactionStyle::Leveled),
-        "universal" => options.rocksdb.compaction_style = Some(CompactionStyle::Universal),
-        "bulk" => {
-            options.rocksdb.compaction_style = Some(CompactionStyle::Universal);
-            options.bulk_load = true;
-        }
+    let (compaction_style, deferred) = match style {
+        "leveled" => (CompactionStyle::Leveled, false),
+        "universal" => (CompactionStyle::Universal, false),
+        "bulk" => (CompactionStyle::Universal, true),
         other => panic!("unknown style {other}"),
-    }
-    options
+    };
+    options.rocksdb.compaction_style = Some(compaction_style);
+    (options, deferred)
 }
 
 fn open(dir: &Path, partition: i32, options: &StoreOptions) -> Store {
@@ -186,7 +185,7 @@ fn open(dir: &Path, partition: i32, options: &StoreOptions) -> Store {
 
 /// Runs one candidate in this process and prints its figures as one `result` line.
 fn candidate(style: &str, dir: &Path, records: u64, partitions: u64) {
-    let options = options_for(style);
+    let (options, deferred) = options_for(style);
     let done = Arc::new(AtomicU64::new(0));
     let total = records * partitions;
     let started = Instant::now();
@@ -214,6 +213,9 @@ fn candidate(style: &str, dir: &Path, records: u64, partitions: u64) {
             let (options, done, dir) = (options.clone(), done.clone(), dir.to_path_buf());
             std::thread::spawn(move || {
                 let mut store = open(&dir, p as i32, &options);
+                if deferred {
+                    store.defer_compaction().unwrap();
+                }
                 let mut changelog = Changelog::new(p + 1, records);
                 let ingested = changelog.apply(&mut store, records, u64::MAX, &done);
                 store.flush().unwrap();
@@ -224,10 +226,10 @@ fn candidate(style: &str, dir: &Path, records: u64, partitions: u64) {
         .collect();
     let mut loaded: Vec<_> = loads.into_iter().map(|h| h.join().unwrap()).collect();
     let loaded_at = started.elapsed().as_secs_f64();
-    if options.bulk_load {
+    if deferred {
         let compactions: Vec<_> = loaded
             .into_iter()
-            .map(|l| {
+            .map(|mut l| {
                 std::thread::spawn(move || {
                     l.0.compact().unwrap();
                     l
@@ -272,7 +274,7 @@ fn candidate(style: &str, dir: &Path, records: u64, partitions: u64) {
     } else {
         "leveled"
     };
-    let other_options = options_for(other);
+    let (other_options, _) = options_for(other);
     for (p, (changelog, _)) in tailed.iter().enumerate() {
         let mut store = open(dir, p as i32, &other_options);
         let applied = store.applied().expect("a committed store");

@@ -794,3 +794,68 @@ fn inspect_refuses_a_directory_that_is_not_a_store() {
     assert!(stderr.contains("is not a warmstore store"), "{stderr}");
     assert!(stderr.contains("CURRENT"), "{stderr}");
 }
+
+/// Sorted runs in the data column family's level 0.
+fn level0_files(store: &Store) -> u64 {
+    let files = store.property("rocksdb.num-files-at-level0");
+    files
+        .and_then(|n| n.trim().parse().ok())
+        .expect("a file count")
+}
+
+/// Commits and flushes `tables` times, one new table per flush.
+fn write_tables(store: &mut Store, tables: i64, first_offset: i64) {
+    for t in 0..tables {
+        for k in 0..50 {
+            store
+                .put(format!("key-{k}").as_bytes(), &[t as u8; 100], 0)
+                .unwrap();
+        }
+        store.commit(first_offset + t).unwrap();
+        store.flush().unwrap();
+    }
+}
+
+fn wait_for_merge(store: &Store, what: &str) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while level0_files(store) > 4 {
+        assert!(
+            std::time::Instant::now() < until,
+            "{what}: no merge, {} runs",
+            level0_files(store)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// A large catch-up defers compaction: its tables stay unmerged until it is done, then one merge
+/// runs. A store closed (or killed) while deferred compacts again once reopened.
+#[test]
+fn a_deferred_compaction_merges_once_resumed_or_reopened() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open_with_options(dir.path(), &StoreOptions::default());
+    store.defer_compaction().unwrap();
+    write_tables(&mut store, 30, 0);
+    assert_eq!(level0_files(&store), 30, "no merge while deferred");
+    store.resume_compaction().unwrap();
+    assert!(!store.compaction_deferred());
+    wait_for_merge(&store, "resumed");
+    write_tables(&mut store, 5, 30);
+    wait_for_merge(&store, "tailing after the merge");
+
+    store.defer_compaction().unwrap();
+    write_tables(&mut store, 30, 35);
+    store.close(Some(64)).unwrap();
+    let mut store = open_with_options(dir.path(), &StoreOptions::default());
+    assert!(!store.compaction_deferred());
+    write_tables(&mut store, 1, 65);
+    wait_for_merge(&store, "reopened");
+    for k in 0..50 {
+        let value = store.get(format!("key-{k}").as_bytes()).unwrap();
+        assert_eq!(
+            value,
+            Some(vec![0u8; 100]),
+            "key-{k}: the last table's value"
+        );
+    }
+}

@@ -328,7 +328,6 @@ impl Config {
                     .block_cache_size
                     .map_or(DEFAULT_BLOCK_CACHE, |b| b.0),
             )),
-            bulk_load: false,
         }
     }
 

@@ -5,18 +5,13 @@ use super::{family, rocks, Store, StoreError};
 
 impl Store {
     /// Merges every column family into its bottom level, then turns automatic compaction back on
-    /// if a bulk load had turned it off.
-    pub fn compact(&self) -> Result<(), StoreError> {
+    /// if it was deferred.
+    pub fn compact(&mut self) -> Result<(), StoreError> {
         for name in self.paths.kind.families() {
             let cf = family(&self.db, &self.paths.db, name)?;
             self.db.compact_range_cf(cf, None::<&[u8]>, None::<&[u8]>);
-            if self.options.bulk_load {
-                self.db
-                    .set_options_cf(cf, &[("disable_auto_compactions", "false")])
-                    .map_err(rocks(&self.paths.db))?;
-            }
         }
-        Ok(())
+        self.resume_compaction()
     }
 
     /// Keys the store holds, counted by reading all of them (committed ones only).

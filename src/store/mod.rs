@@ -3,6 +3,7 @@
 //! RocksDB as one `WriteBatch`. With atomic flush forced on, whatever RocksDB persists, in the
 //! background or not, is the state as of some commit together with that commit's offset.
 
+mod compaction;
 pub mod descriptors;
 pub mod dirty;
 pub mod export;
@@ -72,6 +73,8 @@ pub struct Store {
     /// whatever reaches the disk after open carries it, and opening costs no write and no flush: a
     /// crash before that commit's flush leaves the store exactly as it was closed.
     marked_open: bool,
+    /// Whether a large catch-up turned automatic compaction off (`compaction`).
+    compaction_deferred: bool,
     /// Declared after `db`, so the database closes before the lock goes.
     lock: StoreLock,
 }
@@ -194,6 +197,7 @@ impl Store {
             applied,
             unflushed_since: None,
             marked_open: false,
+            compaction_deferred: false,
             lock,
             paths,
         })

@@ -145,10 +145,6 @@ pub struct StoreOptions {
     pub memtables: Option<SharedMemtables>,
     /// One block cache for all stores of the process; `None` gives each store RocksDB's own.
     pub block_cache: Option<SharedBlockCache>,
-    /// No compaction while the store is written; `Store::compact` merges everything once at the
-    /// end and turns compaction back on. Kafka Streams' old bulk-load mode, kept as a candidate the
-    /// store benchmark measures: `run` never sets it.
-    pub bulk_load: bool,
 }
 
 /// RocksDB's default options, as a copy of one kept for the process. Each new `Options` builds
@@ -245,7 +241,6 @@ impl Default for StoreOptions {
             flush_interval: Duration::from_secs(60),
             memtables: None,
             block_cache: None,
-            bulk_load: false,
         }
     }
 }
@@ -300,8 +295,6 @@ impl StoreOptions {
                 .unwrap_or(CompactionStyle::Universal)
                 .rocksdb(),
         );
-        // RocksDB stops writes at its L0 file triggers only while auto compaction is on.
-        options.set_disable_auto_compactions(self.bulk_load);
         options
     }
 
