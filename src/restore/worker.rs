@@ -412,6 +412,10 @@ impl Worker {
         if t.flush {
             off_the_worker(|| store.flush())?;
         }
+        // After the flush: the merge it starts must not delay the catch-up's tables.
+        if t.to == Phase::Tailing && store.compaction_deferred() {
+            off_the_worker(|| store.resume_compaction())?;
+        }
         // What the catch-up held, by its turn's estimate, given back below.
         let let_go = if t.release_turn {
             run.turn_sized = false;
@@ -567,14 +571,19 @@ impl Worker {
         status.bytes.fetch_add(batch.bytes, Relaxed);
         status.null_keys.fetch_add(batch.null_keys, Relaxed);
         // The first records of a catch-up show what its size means in memory: the turn is
-        // resized to it, and what it took beyond that goes to the partitions waiting.
+        // resized to it, and what it took beyond that goes to the partitions waiting. They also
+        // show whether it is large enough to defer its compaction until it is done.
         if let (Some(turn), false, true) = (run.turn.as_mut(), run.turn_sized, batch.records > 0) {
+            let per_record = batch.bytes as f64 / batch.records as f64;
             turn.resize(policy::turn_weight(
                 run.catch_up.1 - run.catch_up.0,
-                Some(batch.bytes as f64 / batch.records as f64),
+                Some(per_record),
                 self.turns.turn_bytes,
             ));
             run.turn_sized = true;
+            if policy::defers_compaction(run.catch_up.1 - run.next, per_record) {
+                off_the_worker(|| store.defer_compaction())?;
+            }
         }
         let rate = policy::smooth_rate(
             status.rate(),
