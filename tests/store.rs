@@ -1,5 +1,7 @@
 //! The store on a real RocksDB in temporary directories: layout, bytes, options, dirty rules, lock.
 
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -817,15 +819,8 @@ fn write_tables(store: &mut Store, tables: i64, first_offset: i64) {
 }
 
 fn wait_for_merge(store: &Store, what: &str) {
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while level0_files(store) > 4 {
-        assert!(
-            std::time::Instant::now() < until,
-            "{what}: no merge, {} runs",
-            level0_files(store)
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let merged = || level0_files(store) <= 4;
+    common::wait_until(what, std::time::Duration::from_secs(60), merged);
 }
 
 /// A large catch-up defers compaction: its tables stay unmerged until it is done, then one merge

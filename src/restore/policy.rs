@@ -97,10 +97,10 @@ pub fn turn_weight(records: i64, bytes_per_record: Option<f64>, turn_bytes: u64)
 /// Key and value bytes from which a catch-up defers its store's compaction until it is done
 /// (`Store::defer_compaction`). Loading 20M records (2.2 GB) into one store, compactions took
 /// half the CPU, and with them deferred a restore from a real broker was ready in 16-17 s
-/// instead of 26-34 s (four of 10M each: 30-37 s instead of 44-52 s). A small catch-up gains nothing: it flushes a few tables that one
-/// merge or none handles. And each switch rewrites RocksDB's OPTIONS file, a cost that adds up
-/// over a thousand small stores. From 256 MiB a catch-up flushes at least eight times the whole
-/// memtable budget's default.
+/// instead of 26-34 s (four of 10M each: 30-37 s instead of 44-52 s). A small catch-up gains
+/// nothing: it flushes a few tables that one merge or none handles. And each switch rewrites
+/// RocksDB's OPTIONS file, a cost that adds up over a thousand small stores. From 256 MiB a
+/// catch-up flushes at least eight times the whole memtable budget's default.
 pub const DEFER_COMPACTION_BYTES: f64 = 256.0 * 1024.0 * 1024.0;
 
 /// Whether a catch-up of `records` more records, of `bytes_per_record` key and value bytes each,

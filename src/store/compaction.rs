@@ -7,8 +7,8 @@ use super::{family, rocks, Store, StoreError};
 
 /// RocksDB's triggers that slow and stop writes on sorted runs, while compaction is deferred and
 /// until the store is reopened. RocksDB ignores them while compaction is off; once it is back on,
-/// the runs a large catch-up left (one per flush, dozens) would be over its default stop trigger
-/// (36), and the tail would stop until the merge had caught up.
+/// the runs a large catch-up left (one per flush, hundreds for a few GB) would be over its
+/// default stop trigger (36), and the tail would stop until the merge had caught up.
 const DEFERRED_RUN_TRIGGER: &str = "1000000";
 
 impl Store {
@@ -39,6 +39,7 @@ impl Store {
         Ok(())
     }
 
+    /// Whether compaction waits for `resume_compaction`.
     pub fn compaction_deferred(&self) -> bool {
         self.compaction_deferred
     }
