@@ -397,9 +397,9 @@ impl Worker {
         self.status.set_state(PartitionState::Restoring, None);
     }
 
-    /// Does what a transition asks for, in order: leave the lane, flush, give the turn back, join
-    /// the next lane. The flush comes before the turn goes: until then this partition's memtables
-    /// still hold its catch-up, and the next partition's would come on top.
+    /// Does what a transition asks for, in order: leave the lane, flush, join the next lane, show
+    /// the state, give the turn back. The flush comes before the turn goes: until then this
+    /// partition's memtables still hold its catch-up, and the next partition's would come on top.
     fn perform<'a>(
         &'a self,
         run: &mut Run<'a>,
@@ -416,13 +416,16 @@ impl Worker {
         if t.to == Phase::Tailing && store.compaction_deferred() {
             off_the_worker(|| store.resume_compaction())?;
         }
-        // What the catch-up held, by its turn's estimate, given back below.
-        let let_go = if t.release_turn {
+        // What the catch-up held, by its turn's estimate. The turn itself goes last, once this
+        // partition shows its position at the end: the next partition's loading must not overlap
+        // this one's still showing as loading.
+        let done = if t.release_turn {
             run.turn_sized = false;
-            run.turn.take().map_or(0, |turn| turn.bytes())
+            run.turn.take()
         } else {
-            0
+            None
         };
+        let let_go = done.as_ref().map_or(0, Turn::bytes);
         if let Some(lane) = t.assign {
             drop(run.assignment.take());
             let catching_up = lane == phase::Lane::CatchingUp;
@@ -442,6 +445,7 @@ impl Worker {
         if t.to == Phase::Tailing {
             self.show_state(run.next, true);
         }
+        drop(done);
         Ok(())
     }
 
