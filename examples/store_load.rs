@@ -19,7 +19,13 @@
 //! are opened under the other compaction style, written to and read back whole, as an application
 //! with its own options would.
 //!
+//! With `--idle N` it measures instead what N open stores cost with nothing to do: each opened as
+//! `run` opens it, given one committed and flushed record (a caught-up partition), then the process
+//! CPU over `--idle-seconds` (30 by default) with nothing else in the process. That is the floor
+//! under the idle CPU `bench --scale` reports for `warmstore run`.
+//!
 //! usage: store_load [--records N] [--partitions P] [--styles leveled,universal,bulk] [--dir D]
+//!        store_load --idle N [--idle-seconds S] [--dir D]
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -183,6 +189,34 @@ fn open(dir: &Path, partition: i32, options: &StoreOptions) -> Store {
         .0
 }
 
+/// Opens `stores` stores as caught-up partitions and reports the process's CPU while they idle.
+fn idle(dir: &Path, stores: u64, window: Duration) {
+    let (options, _) = options_for("universal");
+    let opened: Vec<Store> = (0..stores)
+        .map(|p| {
+            let mut store = open(dir, p as i32, &options);
+            store.put(b"key", b"value", 0).unwrap();
+            store.commit(0).unwrap();
+            store.flush().unwrap();
+            store
+        })
+        .collect();
+    // As `bench` does for `run`: what opening set off settles before the window.
+    std::thread::sleep(Duration::from_secs(2));
+    let (before, ..) = proc_self();
+    std::thread::sleep(window);
+    let (after, ..) = proc_self();
+    println!(
+        "{stores} open stores, idle, nothing else in the process: {:.1}% of one core over {} s",
+        (after - before) / window.as_secs_f64() * 100.0,
+        window.as_secs()
+    );
+    for store in opened {
+        let applied = store.applied();
+        store.close(applied).unwrap();
+    }
+}
+
 /// Runs one candidate in this process and prints its figures as one `result` line.
 fn candidate(style: &str, dir: &Path, records: u64, partitions: u64) {
     let (options, deferred) = options_for(style);
@@ -307,6 +341,16 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let records = number(&args, "--records", 2_000_000);
     let partitions = number(&args, "--partitions", 1);
+    if let Some(stores) = arg(&args, "--idle") {
+        let stores = stores.parse().expect("--idle must be a number");
+        let seconds = number(&args, "--idle-seconds", 30);
+        let root = tempfile::Builder::new()
+            .prefix("store-idle-")
+            .tempdir_in(arg(&args, "--dir").unwrap_or("."))
+            .unwrap();
+        idle(root.path(), stores, Duration::from_secs(seconds));
+        return;
+    }
     if let Some(style) = arg(&args, "--only") {
         let dir = PathBuf::from(arg(&args, "--dir").expect("--dir"));
         candidate(style, &dir, records, partitions);

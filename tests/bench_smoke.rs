@@ -173,6 +173,22 @@ fn the_store_benchmark_produces_every_figure() {
     }
 }
 
+/// The store benchmark's idle mode reports what open stores cost with nothing to do.
+#[test]
+fn the_store_benchmark_reports_the_cpu_of_idle_stores() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--idle", "20", "--idle-seconds", "1", "--dir"].map(std::ffi::OsStr::new);
+    let stdout = run_example(
+        "store_load",
+        &[&args[..], &[dir.path().as_os_str()]].concat(),
+    );
+    let figure = stdout
+        .strip_prefix("20 open stores, idle, nothing else in the process: ")
+        .and_then(|rest| rest.split_once("% of one core over 1 s"))
+        .and_then(|(percent, _)| percent.parse::<f64>().ok());
+    assert!(figure.is_some_and(f64::is_finite), "{stdout}");
+}
+
 /// A run takes minutes: `--help` prints the usage and a misspelt flag is refused, neither starting one.
 #[test]
 fn help_and_a_misspelt_flag_start_no_run() {
