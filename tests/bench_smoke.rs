@@ -152,16 +152,19 @@ fn the_large_run_on_a_real_broker_produces_every_figure() {
     assert!(left.is_empty(), "the bench left topics behind: {left:?}");
 }
 
+/// The store benchmark with `args`, its stores in a directory of their own; its standard output.
+fn store_load(args: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    args.extend([std::ffi::OsStr::new("--dir"), dir.path().as_os_str()]);
+    run_example("store_load", &args)
+}
+
 /// The store benchmark loads and tails each compaction candidate, then opens what each wrote under
 /// the other style and reads back every key (it fails if a key is missing).
 #[test]
 fn the_store_benchmark_produces_every_figure() {
-    let dir = tempfile::tempdir().unwrap();
-    let args = ["--records", "30000", "--partitions", "2", "--dir"].map(std::ffi::OsStr::new);
-    let stdout = run_example(
-        "store_load",
-        &[&args[..], &[dir.path().as_os_str()]].concat(),
-    );
+    let stdout = store_load(&["--records", "30000", "--partitions", "2"]);
     for candidate in ["leveled", "universal", "bulk"] {
         let line = stdout
             .lines()
@@ -176,12 +179,7 @@ fn the_store_benchmark_produces_every_figure() {
 /// The store benchmark's idle mode reports what open stores cost with nothing to do.
 #[test]
 fn the_store_benchmark_reports_the_cpu_of_idle_stores() {
-    let dir = tempfile::tempdir().unwrap();
-    let args = ["--idle", "20", "--idle-seconds", "1", "--dir"].map(std::ffi::OsStr::new);
-    let stdout = run_example(
-        "store_load",
-        &[&args[..], &[dir.path().as_os_str()]].concat(),
-    );
+    let stdout = store_load(&["--idle", "20", "--idle-seconds", "1"]);
     let figure = stdout
         .strip_prefix("20 open stores, idle, nothing else in the process: ")
         .and_then(|rest| rest.split_once("% of one core over 1 s"))
