@@ -56,11 +56,15 @@ fn the_timeout_exits_1_listing_what_is_not_warm() {
     assert!(log.contains("store slow"), "{log}");
 }
 
-/// The store partition (timestamps included), when it exists yet.
+/// The store partition (timestamps included), when it exists yet. A kill can land while RocksDB
+/// creates it, after its `CURRENT` file and before its column families: nothing is in it yet, and
+/// the next run wipes and creates it again.
 fn on_disk(state_dir: &Path, partition: i32) -> Option<TimestampedStore> {
     let dir = store_dir(state_dir, partition);
-    dir.join("CURRENT")
-        .exists()
+    let families = rocksdb::DB::list_cf(&rocksdb::Options::default(), &dir).ok()?;
+    ["offsets", "keyValueWithTimestamp"]
+        .iter()
+        .all(|name| families.iter().any(|f| f == name))
         .then(|| read_timestamped_store(&dir, TOPIC, partition))
 }
 

@@ -330,6 +330,30 @@ fn missing_current_is_corruption() {
     assert_eq!(reason, WipeReason::Corruption);
 }
 
+/// A kill can land while RocksDB creates a store, after its `CURRENT` file and before its column
+/// families: what is left has only `default`. Nothing was ever committed in it; the next open
+/// rebuilds it (its families are not a key-value store's) and it takes commits as any other.
+#[test]
+fn a_store_cut_short_before_its_column_families_is_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = paths(dir.path()).db;
+    fs::create_dir_all(&db).unwrap();
+    let mut options = rocksdb::Options::default();
+    options.create_if_missing(true);
+    drop(rocksdb::DB::open(&options, &db).unwrap());
+    let (mut store, outcome) = open(dir.path());
+    assert_eq!(wiped_reason(outcome), WipeReason::FormatMismatch);
+    store.put(b"apple", b"1", 0).unwrap();
+    store.commit(0).unwrap();
+    store.close(Some(0)).unwrap();
+    let (store, outcome) = open(dir.path());
+    assert!(
+        matches!(outcome, OpenOutcome::Resumed { applied: 0, .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(store.get(b"apple").unwrap().as_deref(), Some(&b"1"[..]));
+}
+
 #[test]
 fn missing_manifest_is_corruption() {
     let reason = corrupt_and_reopen(|db| {
