@@ -341,8 +341,8 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let records = number(&args, "--records", 2_000_000);
     let partitions = number(&args, "--partitions", 1);
-    if let Some(stores) = arg(&args, "--idle") {
-        let stores = stores.parse().expect("--idle must be a number");
+    if arg(&args, "--idle").is_some() {
+        let stores = number(&args, "--idle", 0);
         let seconds = number(&args, "--idle-seconds", 30);
         let root = tempfile::Builder::new()
             .prefix("store-idle-")

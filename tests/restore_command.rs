@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use warmstore::store::StoreType;
 use warmstore::testkit::Rng;
 
 const TOPIC: &str = "app-counts-changelog";
@@ -62,7 +63,8 @@ fn the_timeout_exits_1_listing_what_is_not_warm() {
 fn on_disk(state_dir: &Path, partition: i32) -> Option<TimestampedStore> {
     let dir = store_dir(state_dir, partition);
     let families = rocksdb::DB::list_cf(&rocksdb::Options::default(), &dir).ok()?;
-    ["offsets", "keyValueWithTimestamp"]
+    StoreType::TimestampedKeyValue
+        .families()
         .iter()
         .all(|name| families.iter().any(|f| f == name))
         .then(|| read_timestamped_store(&dir, TOPIC, partition))
