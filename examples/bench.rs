@@ -7,7 +7,9 @@
 //! (e) the peer, Quix Streams' recovery (`bench/quix_peer.py`) on a copy of the same changelog,
 //! and, with `--rss-records N`, (c) again on a changelog of N records for the memory comparison, and
 //! with `--compressed CODEC,...`, (a), (b), (c) and (e) again on the same changelog produced with
-//! each codec, and with `--one-core`, (c) again pinned to the first core (as `taskset -c 0`).
+//! each codec, and with `--one-core`, (c) again pinned to the first core (as `taskset -c 0`), then
+//! one copy of (c) per core at once, each pinned to its own: work that shares nothing, so its rate
+//! over the pinned run's is the most "N cores / one core" this machine and broker allow.
 //! CPU(c) / (CPU(a) + CPU(b)) is the pipeline's overhead: what fetching and writing
 //! together cost beyond each alone.
 //! With `--scale P1,P2,...` it measures only (c) on a changelog of the same records spread over each
@@ -314,8 +316,8 @@ struct Run {
 struct Watch {
     /// The CPU of this many seconds of tailing once caught up.
     idle: Option<Duration>,
-    /// Pinned to the first core, as `taskset -c 0`.
-    one_core: bool,
+    /// Pinned to this core alone, as `taskset -c N`.
+    core: Option<usize>,
     /// Restore progress over time, for the rate of the first and the last 10%.
     progress: bool,
 }
@@ -398,6 +400,47 @@ fn warmstore_run(bootstrap: &str, state_dir: &Path, partitions: u64, kafka: &[St
     )
 }
 
+/// One copy of (c) per core, all at once, each pinned to its own core and on its own state: work
+/// that shares nothing inside a process, so their joint rate over one pinned copy's is what this
+/// machine, its memory and the broker allow for "N cores / one core". Gives the records of all
+/// copies and the time of the slowest.
+fn copies_on_their_own_cores(
+    bin: &Path,
+    bootstrap: &str,
+    work: &Path,
+    partitions: u64,
+    kafka: &[String],
+) -> Run {
+    let runs: Vec<Run> = std::thread::scope(|s| {
+        let copies: Vec<_> = (0..num_cpus())
+            .map(|core| {
+                let state = work.join(format!("state-core-{core}"));
+                s.spawn(move || {
+                    let watch = Watch {
+                        core: Some(core),
+                        ..Watch::default()
+                    };
+                    warmstore_run_with(bin, bootstrap, &state, partitions, kafka, watch)
+                })
+            })
+            .collect();
+        copies.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    let slowest = runs.iter().map(|r| r.seconds).fold(0.0, f64::max);
+    Run {
+        seconds: slowest,
+        records: runs.iter().map(|r| r.records).sum(),
+        cpu_seconds: runs.iter().map(|r| r.cpu_seconds).sum(),
+        peak_rss: runs.iter().map(|r| r.peak_rss).sum(),
+        threads: runs.iter().map(|r| r.threads).sum(),
+        fds: runs.iter().map(|r| r.fds).sum(),
+        idle_cpu: None,
+        progress: Vec::new(),
+        written: runs.iter().map(|r| r.written).sum(),
+        disk: runs.iter().map(|r| r.disk).sum(),
+    }
+}
+
 /// Threads (`/proc/PID/status`) and open descriptors (`/proc/PID/fd`) of a process.
 fn threads_and_fds(pid: u32) -> (u64, u64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -441,12 +484,12 @@ fn warmstore_run_with(
     command
         .args(["run", "--config", config.to_str().unwrap()])
         .env("RUST_LOG", "warn");
-    if watch.one_core {
-        // As `taskset -c 0`: set before exec, so every thread warmstore starts inherits it.
+    if let Some(core) = watch.core {
+        // As `taskset -c N`: set before exec, so every thread warmstore starts inherits it.
         unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
                 let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(0, &mut set);
+                libc::CPU_SET(core, &mut set);
                 if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
@@ -700,7 +743,7 @@ fn main() {
             partitions,
             &kafka,
             Watch {
-                one_core: true,
+                core: Some(0),
                 ..Watch::default()
             },
         );
@@ -709,6 +752,14 @@ fn main() {
             "ratio (c) on {} cores / (c) on one core: {:.2}",
             num_cpus(),
             plain.c.rate() / one.rate()
+        );
+        let ceiling = copies_on_their_own_cores(&bin, &broker.bootstrap, &work, partitions, &kafka);
+        println!(
+            "ceiling, {} copies of (c) at once, each pinned to a core of its own: {} records in all in {:.2} s; their rate over (c) on one core: {:.2}",
+            num_cpus(),
+            ceiling.records,
+            ceiling.seconds,
+            ceiling.rate() / one.rate()
         );
     }
     broker.command(&format!("produce {}", records / 10));

@@ -75,6 +75,8 @@ fn the_harness_produces_every_figure() {
             "ratio (c) on the zstd changelog / (c) uncompressed:",
             "(c) pinned to one core: 20000 records",
             "cores / (c) on one core:",
+            "copies of (c) at once, each pinned to a core of its own:",
+            "their rate over (c) on one core:",
         ],
     );
     for limit in ["(a) fetch limit", "(b) write limit"] {
