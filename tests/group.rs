@@ -568,9 +568,11 @@ fn assert_every_store_is_a_prefix(
         let store = changelogs.store_of(topic);
         for partition in 0..changelogs.partitions {
             let db = member.state_dir().join(store).join(partition.to_string());
-            // A kill can land while RocksDB creates a store, before its `CURRENT` file: nothing
-            // was ever committed there, so it holds the empty prefix, and the next start wipes it.
-            if !db.join("CURRENT").exists() {
+            // A kill can land while RocksDB creates a store, before its `CURRENT` file or before
+            // its column families: nothing was ever committed there, so it holds the empty
+            // prefix, and the next start rebuilds it.
+            let families = rocksdb::DB::list_cf(&rocksdb::Options::default(), &db);
+            if !families.is_ok_and(|f| f.iter().any(|name| name == "offsets")) {
                 continue;
             }
             let (applied, data) = read_store(&member.state_dir(), store, topic, partition);
