@@ -14,6 +14,7 @@ use common::kafka::kafka;
 use common::{fold, free_port, http_get, read_store, wait_until, Broker, Record};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
+use warmstore::store::StorePaths;
 
 const PARTITIONS: i32 = 12;
 const RECORDS: usize = 200;
@@ -567,7 +568,7 @@ fn assert_every_store_is_a_prefix(
     for (topic, log) in changelogs.topics.iter().zip(logs) {
         let store = changelogs.store_of(topic);
         for partition in 0..changelogs.partitions {
-            let db = member.state_dir().join(store).join(partition.to_string());
+            let db = StorePaths::new(&member.state_dir(), store, partition).db;
             // A kill can land while RocksDB creates a store, before its `CURRENT` file or before
             // its column families: nothing was ever committed there, so it holds the empty
             // prefix, and the next start rebuilds it.
