@@ -9,9 +9,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use warmstore::store::dirty::{UncleanPolicy, WipeReason};
 use warmstore::store::format::{decode_i64, TopicPartition};
 use warmstore::store::layout::TIMESTAMPED_CF;
-use warmstore::store::{open_read_only, StorePaths};
+use warmstore::store::{open_read_only, OpenOutcome, Store, StoreOptions, StorePaths};
 use warmstore::testkit::{apply, Rng, Workload};
 
 fn workload(seed: u64) -> Workload {
@@ -205,5 +206,75 @@ fn negative_control_offset_before_data_diverges() {
     assert!(
         f.divergences >= 5,
         "the crash check must see a broken writer: {f:?}"
+    );
+}
+
+/// A kill while RocksDB creates a store (a pod evicted during its first restore) leaves a
+/// directory without `CURRENT`, or with `CURRENT` and only the `default` family. Nothing was ever
+/// committed in it, and the files are not damaged: the next open must say `interrupted_rebuild`,
+/// not `corruption` or `format_mismatch`, which send an operator to check the volume.
+#[test]
+fn a_kill_while_a_store_is_created_is_an_interrupted_rebuild() {
+    let mut rng = Rng::new(16);
+    let mut cut_short = 0;
+    let mut kills = 0;
+    while kills < 30 && (kills < 10 || cut_short == 0) {
+        let state = tempfile::tempdir().unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_warmstore-crash-writer"))
+            .arg(state.path())
+            .args(["0", "create", "no-wal"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("writer starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.starts_with("creating"), "writer failed: {line:?}");
+        std::thread::sleep(Duration::from_millis(20 + rng.below(200)));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        kills += 1;
+
+        // Each partition leaves its directory, lock and perhaps marker, all named after it.
+        let touched = std::fs::read_dir(state.path().join("crash")).map_or(0, |entries| {
+            entries
+                .filter_map(|e| {
+                    e.ok()?
+                        .file_name()
+                        .to_str()?
+                        .split('.')
+                        .next()?
+                        .parse()
+                        .ok()
+                })
+                .map(|p: i32| p + 1)
+                .max()
+                .unwrap_or(0)
+        });
+        for partition in 0..touched {
+            let paths = StorePaths::new(state.path(), "crash", partition);
+            let tp = TopicPartition::new("crash-changelog", partition);
+            let options = StoreOptions::default();
+            let (store, outcome) =
+                Store::open(paths, tp, &options, UncleanPolicy::Resume, None).unwrap();
+            match outcome {
+                OpenOutcome::Empty => {}
+                OpenOutcome::Wiped {
+                    reason: WipeReason::InterruptedRebuild,
+                    detail,
+                } => {
+                    assert!(detail.contains("creating the store"), "{detail}");
+                    cut_short += 1;
+                }
+                other => panic!("store {partition} after a kill during creation: {other:?}"),
+            }
+            assert_eq!(store.applied(), None);
+        }
+    }
+    println!("{kills} kills, {cut_short} stores cut short while created");
+    assert!(
+        cut_short >= 1,
+        "no kill landed while a store was created, so this test saw nothing"
     );
 }

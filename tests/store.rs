@@ -330,9 +330,10 @@ fn missing_current_is_corruption() {
     assert_eq!(reason, WipeReason::Corruption);
 }
 
-/// A kill can land while RocksDB creates a store, after its `CURRENT` file and before its column
-/// families: what is left has only `default`. Nothing was ever committed in it; the next open
-/// rebuilds it (its families are not a key-value store's) and it takes commits as any other.
+/// A database with `CURRENT` and only `default`, as a kill leaves one while RocksDB creates it, but
+/// without warmstore's creation marker (another program made it, or an older warmstore): its
+/// families are not a key-value store's, so the next open rebuilds it, and it takes commits as any
+/// other. With the marker it is an interrupted rebuild (tests/crash_store.rs).
 #[test]
 fn a_store_cut_short_before_its_column_families_is_rebuilt() {
     let dir = tempfile::tempdir().unwrap();

@@ -5,7 +5,10 @@
 //! `kafka-streams` is `protocol` into a timestamped store in the Kafka Streams layout
 //! (`<STATE_DIR>/crash-app/0_0/rocksdb/crash`), each value stamped with the offset of its commit.
 //!
-//! usage: warmstore-crash-writer STATE_DIR SEED protocol|kafka-streams|no-atomic-flush|offset-first wal|no-wal
+//! `create` opens new stores `crash/0`, `crash/1`, ... one after another through `Store::open`, so a
+//! kill lands while RocksDB creates one.
+//!
+//! usage: warmstore-crash-writer STATE_DIR SEED protocol|kafka-streams|create|no-atomic-flush|offset-first wal|no-wal
 
 use rocksdb::{BlockBasedOptions, ColumnFamilyDescriptor, Options, WriteBatch, WriteOptions, DB};
 use std::io::Write;
@@ -32,7 +35,7 @@ pub fn workload(seed: u64) -> Workload {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() != 5 {
-        eprintln!("usage: warmstore-crash-writer STATE_DIR SEED protocol|kafka-streams|no-atomic-flush|offset-first wal|no-wal");
+        eprintln!("usage: warmstore-crash-writer STATE_DIR SEED protocol|kafka-streams|create|no-atomic-flush|offset-first wal|no-wal");
         std::process::exit(2);
     }
     let state_dir = Path::new(&args[1]);
@@ -58,6 +61,7 @@ fn main() {
                 wal,
             )
         }
+        "create" => create(state_dir),
         "no-atomic-flush" => broken(&paths.db, &tp, seed, wal, false),
         "offset-first" => broken(&paths.db, &tp, seed, wal, true),
         other => Err(format!("unknown mode {other}")),
@@ -98,6 +102,25 @@ fn protocol(paths: StorePaths, tp: TopicPartition, seed: u64, wal: bool) -> Resu
         store.commit(next).map_err(|e| e.to_string())?;
         next += 1;
     }
+}
+
+/// New stores, never committed to, until killed.
+fn create(state_dir: &Path) -> Result<(), String> {
+    println!("creating stores");
+    let _ = std::io::stdout().flush();
+    for partition in 0.. {
+        let paths = StorePaths::new(state_dir, "crash", partition);
+        let tp = TopicPartition::new("crash-changelog", partition);
+        Store::open(
+            paths,
+            tp,
+            &StoreOptions::default(),
+            UncleanPolicy::Resume,
+            None,
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 /// `offset_first`: the offset in its own write, then each record on its own (a store without an

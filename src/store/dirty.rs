@@ -105,8 +105,9 @@ pub enum StoredOffset {
 /// Everything learnt about a store directory at open, before any decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreFacts {
-    /// A wipe-or-rebuild marker was left behind by an interrupted process.
-    pub interrupted_rebuild: bool,
+    /// What the marker left by an interrupted process says was under way (creating, wiping or
+    /// deleting the store), if one was left.
+    pub interrupted_rebuild: Option<String>,
     /// RocksDB could not open or read the store.
     pub open_error: Option<OpenError>,
     pub identity: Identity,
@@ -121,7 +122,7 @@ impl StoreFacts {
     /// A directory with nothing in it yet.
     pub fn fresh() -> Self {
         StoreFacts {
-            interrupted_rebuild: false,
+            interrupted_rebuild: None,
             open_error: None,
             identity: Identity::Unknown,
             status: None,
@@ -164,10 +165,10 @@ fn wipe(reason: WipeReason, detail: impl Into<String>) -> Action {
 /// `[log_start, high_watermark]`. A store whose next offset is exactly log-start has lost nothing, so it
 /// is resumed, where a literal `applied < log-start` would wipe it (docs/store.md).
 pub fn decide(facts: &StoreFacts, policy: UncleanPolicy, bounds: Option<LogBounds>) -> Action {
-    if facts.interrupted_rebuild {
+    if let Some(under_way) = &facts.interrupted_rebuild {
         return wipe(
             WipeReason::InterruptedRebuild,
-            "a wipe-in-progress marker was left by an earlier run",
+            format!("an earlier run was cut short; its marker says: {under_way}"),
         );
     }
     match &facts.open_error {
@@ -468,14 +469,16 @@ mod tests {
     #[test]
     fn a_leftover_marker_wins_over_everything() {
         let facts = StoreFacts {
-            interrupted_rebuild: true,
+            interrupted_rebuild: Some("wiping the store (corruption)".into()),
             open_error: Some(OpenError::Unreadable("Corruption".into())),
             ..stored(150)
         };
-        assert_eq!(
-            reason(decide(&facts, UncleanPolicy::Resume, Some(BOUNDS))),
-            WipeReason::InterruptedRebuild
+        let action = decide(&facts, UncleanPolicy::Resume, Some(BOUNDS));
+        assert!(
+            matches!(&action, Action::Wipe { detail, .. } if detail.contains("wiping the store")),
+            "the detail says what was cut short: {action:?}"
         );
+        assert_eq!(reason(action), WipeReason::InterruptedRebuild);
     }
 
     #[test]

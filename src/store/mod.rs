@@ -153,7 +153,12 @@ impl Store {
             },
             Action::StartEmpty => match db {
                 Some(db) => (db, OpenOutcome::Empty),
-                None => (create_fresh(&paths, &tp, options)?, OpenOutcome::Empty),
+                None => {
+                    let db = under_marker(&paths, "creating the store", || {
+                        create_fresh(&paths, &tp, options)
+                    })?;
+                    (db, OpenOutcome::Empty)
+                }
             },
             Action::Wipe { reason, detail } => {
                 drop(db);
@@ -420,9 +425,16 @@ fn probe(
     options: &StoreOptions,
 ) -> (StoreFacts, Option<DB>) {
     let mut facts = StoreFacts::fresh();
-    if paths.marker.exists() {
-        facts.interrupted_rebuild = true;
-        return (facts, None);
+    match fs::read_to_string(&paths.marker) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        found => {
+            let under_way = found.map_or_else(
+                |e| format!("(unreadable: {e})"),
+                |text| text.lines().next().unwrap_or("(empty)").to_string(),
+            );
+            facts.interrupted_rebuild = Some(under_way);
+            return (facts, None);
+        }
     }
     match fs::symlink_metadata(&paths.db) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return (facts, None),
@@ -557,9 +569,8 @@ fn create_fresh(
     DB::open_cf_descriptors(&db_options, &paths.db, families).map_err(rocks(&paths.db))
 }
 
-/// Destroy, remove, recreate; a marker beside the store covers the whole sequence so a crash
-/// half-way is detected on the next open (`interrupted_rebuild`). Once the fresh store exists the
-/// rebuild is an ordinary restore, which the commit protocol keeps crash-safe, so the marker goes.
+/// Destroy, remove, recreate, under the marker. Once the fresh store exists the rebuild is an
+/// ordinary restore, which the commit protocol keeps crash-safe, so the marker goes.
 fn wipe_and_create(
     paths: &StorePaths,
     tp: &TopicPartition,
@@ -575,12 +586,28 @@ fn wipe_and_create(
         detail,
         "wiping store; it will be rebuilt from the changelog's log-start offset"
     );
-    fs::write(&paths.marker, format!("{}: {detail}\n", reason.label()))
-        .map_err(io_at(&paths.marker))?;
-    remove_store_dir(&paths.db)?;
-    let db = create_fresh(paths, tp, options)?;
+    let under_way = format!("wiping the store ({}: {detail})", reason.label());
+    under_marker(paths, &under_way, || {
+        remove_store_dir(&paths.db)?;
+        create_fresh(paths, tp, options)
+    })
+}
+
+/// Runs a change that takes the store's directory outside the commit protocol (creating, wiping,
+/// deleting it) under a marker beside the store, so that a kill half-way is found on the next open
+/// as `interrupted_rebuild`: what is left then was never committed to, or is being thrown away,
+/// and its files are not damaged. Without the marker, a kill while RocksDB creates a store leaves
+/// a directory without `CURRENT` (read as `corruption`) or without the `offsets` family (read as
+/// `format_mismatch`), and sends an operator to check a healthy volume.
+fn under_marker<T>(
+    paths: &StorePaths,
+    under_way: &str,
+    change: impl FnOnce() -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    fs::write(&paths.marker, format!("{under_way}\n")).map_err(io_at(&paths.marker))?;
+    let value = change()?;
     fs::remove_file(&paths.marker).map_err(io_at(&paths.marker))?;
-    Ok(db)
+    Ok(value)
 }
 
 fn remove_store_dir(path: &Path) -> Result<(), StoreError> {
@@ -606,13 +633,11 @@ fn remove_store_dir(path: &Path) -> Result<(), StoreError> {
 /// (`interrupted_rebuild`) rather than one it trusts.
 pub fn delete(paths: &StorePaths) -> Result<(), StoreError> {
     let lock = StoreLock::acquire(&paths.lock, &paths.db)?;
-    fs::write(
-        &paths.marker,
-        "deleting: revoked longer than keep_unassigned ago\n",
-    )
-    .map_err(io_at(&paths.marker))?;
-    remove_store_dir(&paths.db)?;
-    fs::remove_file(&paths.marker).map_err(io_at(&paths.marker))?;
+    under_marker(
+        paths,
+        "deleting the store (revoked longer than keep_unassigned ago)",
+        || remove_store_dir(&paths.db),
+    )?;
     drop(lock);
     match fs::remove_file(&paths.lock) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_at(&paths.lock)(e)),
