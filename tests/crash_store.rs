@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use warmstore::store::dirty::{UncleanPolicy, WipeReason};
@@ -95,6 +95,22 @@ impl Model {
     }
 }
 
+/// Starts the helper on `state` with `args` (seed, mode, wal) and waits until it says it has begun.
+fn start_writer(state: &Path, args: [&str; 3], begun: &str) -> Child {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_warmstore-crash-writer"))
+        .arg(state)
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("writer starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with(begun), "writer failed to start: {line:?}");
+    child
+}
+
 /// Runs `kills` rounds of start, wait a random while, SIGKILL, verify. Broken modes start each round
 /// from an empty store so every round is an independent observation.
 fn kill_loop(mode: &str, wal: bool, kills: usize, seed: u64) -> Figures {
@@ -116,22 +132,8 @@ fn kill_loop(mode: &str, wal: bool, kills: usize, seed: u64) -> Figures {
         if !through_the_store {
             let _ = std::fs::remove_dir_all(&db_dir);
         }
-        let mut child = Command::new(env!("CARGO_BIN_EXE_warmstore-crash-writer"))
-            .arg(state.path())
-            .arg(seed.to_string())
-            .arg(mode)
-            .arg(if wal { "wal" } else { "no-wal" })
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("writer starts");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(
-            line.starts_with("writing from"),
-            "writer failed to start: {line:?}"
-        );
+        let wal = if wal { "wal" } else { "no-wal" };
+        let mut child = start_writer(state.path(), [&seed.to_string(), mode, wal], "writing from");
         std::thread::sleep(Duration::from_millis(50 + rng.below(400)));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
@@ -220,17 +222,7 @@ fn a_kill_while_a_store_is_created_is_an_interrupted_rebuild() {
     let mut kills = 0;
     while kills < 30 && (kills < 10 || cut_short == 0) {
         let state = tempfile::tempdir().unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_warmstore-crash-writer"))
-            .arg(state.path())
-            .args(["0", "create", "no-wal"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("writer starts");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(line.starts_with("creating"), "writer failed: {line:?}");
+        let mut child = start_writer(state.path(), ["0", "create", "no-wal"], "creating");
         std::thread::sleep(Duration::from_millis(20 + rng.below(200)));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();

@@ -4,8 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 use std::fs;
-use std::io::Write;
-use std::path::Path;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::format::TopicPartition;
@@ -49,23 +49,35 @@ impl StoreMeta {
     }
 }
 
-/// `Ok(None)` when there is no file; `Err` with a message when it is there but unreadable.
-pub fn read(dir: &Path) -> Result<Option<StoreMeta>, String> {
+/// Why a store's metadata file could not be read; the store is then judged unreadable.
+#[derive(Debug, thiserror::Error)]
+pub enum MetaError {
+    #[error("{} is unreadable: {source}", path.display())]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{} is unreadable: {source}", path.display())]
+    Malformed {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+}
+
+/// `Ok(None)` when there is no file.
+pub fn read(dir: &Path) -> Result<Option<StoreMeta>, MetaError> {
     let path = dir.join(META_FILE);
     match fs::read(&path) {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map(Some)
-            .map_err(|e| format!("{} is unreadable: {e}", path.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("{} is unreadable: {e}", path.display())),
+            .map_err(|source| MetaError::Malformed { path, source }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(MetaError::Io { path, source }),
     }
 }
 
 /// Written to a temporary name and renamed, so a crash leaves the old file or the new one.
-pub fn write(dir: &Path, meta: &StoreMeta) -> std::io::Result<()> {
+pub fn write(dir: &Path, meta: &StoreMeta) -> io::Result<()> {
     let tmp = dir.join(format!("{META_FILE}.tmp"));
     let mut file = fs::File::create(&tmp)?;
-    file.write_all(&serde_json::to_vec_pretty(meta).map_err(std::io::Error::other)?)?;
+    file.write_all(&serde_json::to_vec_pretty(meta).map_err(io::Error::other)?)?;
     file.sync_all()?;
     fs::rename(&tmp, dir.join(META_FILE))
 }

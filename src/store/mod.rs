@@ -470,8 +470,8 @@ fn probe(
     match meta::read(&paths.db) {
         Ok(Some(m)) => facts.identity = m.identity(tp),
         Ok(None) => facts.identity = Identity::Unknown,
-        Err(message) => {
-            facts.open_error = Some(OpenError::Unreadable(message));
+        Err(error) => {
+            facts.open_error = Some(OpenError::Unreadable(error.to_string()));
             return (facts, None);
         }
     }
