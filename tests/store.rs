@@ -324,6 +324,26 @@ fn garbage_sst_is_corruption() {
     assert_eq!(reason, WipeReason::Corruption);
 }
 
+/// warmstore's metadata file, cut short by something other than its own write (which renames a
+/// complete file into place): the store is not trusted, and the detail names the file.
+#[test]
+fn an_unreadable_metadata_file_is_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    closed_store(dir.path());
+    fs::write(
+        paths(dir.path()).db.join("warmstore.json"),
+        b"{\"format_version\": 1, \"to",
+    )
+    .unwrap();
+    let (store, outcome) = open(dir.path());
+    assert!(
+        matches!(&outcome, OpenOutcome::Wiped { reason: WipeReason::Corruption, detail }
+            if detail.contains("warmstore.json is unreadable")),
+        "{outcome:?}"
+    );
+    assert_rebuilt(dir.path(), store);
+}
+
 #[test]
 fn missing_current_is_corruption() {
     let reason = corrupt_and_reopen(|db| fs::remove_file(db.join("CURRENT")).unwrap());
