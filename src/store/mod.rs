@@ -5,6 +5,7 @@
 
 mod compaction;
 pub mod descriptors;
+mod directory;
 pub mod dirty;
 pub mod export;
 pub mod format;
@@ -13,19 +14,19 @@ pub mod lock;
 pub mod maintenance;
 pub mod meta;
 pub mod options;
+mod probe;
 
-use rocksdb::{FlushOptions, IteratorMode, WriteBatch, WriteOptions, DB};
+use rocksdb::{FlushOptions, WriteBatch, WriteOptions, DB};
 use std::fs;
 use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use dirty::{
-    Action, Identity, LogBounds, OpenError, StoreFacts, StoredOffset, UncleanPolicy, WipeReason,
-};
+pub use directory::delete;
+use dirty::{Action, LogBounds, UncleanPolicy, WipeReason};
 pub use format::TopicPartition;
-use format::{decode_i64, encode_i64, OFFSETS_CF, STATUS_CLOSED, STATUS_KEY, STATUS_OPEN};
+use format::{encode_i64, OFFSETS_CF, STATUS_CLOSED, STATUS_KEY, STATUS_OPEN};
 pub use layout::{Layout, StorePaths, StoreType};
 use lock::StoreLock;
 pub use options::{
@@ -145,7 +146,7 @@ impl Store {
                 return Err(StoreError::Io { path, source });
             }
         }
-        let (facts, db) = probe(&paths, &tp, options);
+        let (facts, db) = probe::probe(&paths, &tp, options);
         let (db, outcome) = match dirty::decide(&facts, policy, bounds) {
             Action::Resume { applied, unclean } => match db {
                 Some(db) => (db, OpenOutcome::Resumed { applied, unclean }),
@@ -153,17 +154,12 @@ impl Store {
             },
             Action::StartEmpty => match db {
                 Some(db) => (db, OpenOutcome::Empty),
-                None => {
-                    let db = under_marker(&paths, "creating the store", || {
-                        create_fresh(&paths, &tp, options)
-                    })?;
-                    (db, OpenOutcome::Empty)
-                }
+                None => (directory::create(&paths, &tp, options)?, OpenOutcome::Empty),
             },
             Action::Wipe { reason, detail } => {
                 drop(db);
                 (
-                    wipe_and_create(&paths, &tp, options, reason, &detail)?,
+                    directory::wipe_and_create(&paths, &tp, options, reason, &detail)?,
                     OpenOutcome::Wiped { reason, detail },
                 )
             }
@@ -341,7 +337,7 @@ impl Store {
         } = self;
         lock.take_back()?;
         drop(db);
-        let db = wipe_and_create(&paths, &tp, &options, reason, detail)?;
+        let db = directory::wipe_and_create(&paths, &tp, &options, reason, detail)?;
         Store::ready(db, lock, paths, tp, options, None)
     }
 
@@ -417,234 +413,6 @@ pub fn dir_bytes(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-/// Learns everything the dirty rules need, opening the database when it exists. Never panics and
-/// never changes the store: a failure becomes `open_error`.
-fn probe(
-    paths: &StorePaths,
-    tp: &TopicPartition,
-    options: &StoreOptions,
-) -> (StoreFacts, Option<DB>) {
-    let mut facts = StoreFacts::fresh();
-    match fs::read_to_string(&paths.marker) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        found => {
-            let under_way = found.map_or_else(
-                |e| format!("(unreadable: {e})"),
-                |text| text.lines().next().unwrap_or("(empty)").to_string(),
-            );
-            facts.interrupted_rebuild = Some(under_way);
-            return (facts, None);
-        }
-    }
-    match fs::symlink_metadata(&paths.db) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return (facts, None),
-        Err(e) => {
-            facts.open_error = Some(OpenError::Unreadable(format!(
-                "cannot stat the store directory: {e}"
-            )));
-            return (facts, None);
-        }
-        Ok(m) if !m.is_dir() => {
-            facts.open_error = Some(OpenError::Unreadable(
-                "the store path is not a directory".into(),
-            ));
-            return (facts, None);
-        }
-        Ok(_) => {}
-    }
-    if !paths.db.join("CURRENT").exists() {
-        let other_files = fs::read_dir(&paths.db)
-            .map(|entries| {
-                entries
-                    .filter_map(Result::ok)
-                    .any(|e| e.file_name() != meta::META_FILE)
-            })
-            .unwrap_or(true);
-        if other_files {
-            facts.open_error = Some(OpenError::Unreadable(
-                "RocksDB's CURRENT file is missing".into(),
-            ));
-        }
-        return (facts, None);
-    }
-    match meta::read(&paths.db) {
-        Ok(Some(m)) => facts.identity = m.identity(tp),
-        Ok(None) => facts.identity = Identity::Unknown,
-        Err(error) => {
-            facts.open_error = Some(OpenError::Unreadable(error.to_string()));
-            return (facts, None);
-        }
-    }
-    // RocksDB refuses to open a store without naming each of its families, and Kafka Streams
-    // refuses one with a family it does not expect: a store of another type is rebuilt.
-    match DB::list_cf(&options::bare_options(), &paths.db) {
-        Ok(found) => {
-            if let Some(shape) = other_families(paths.kind, found) {
-                facts.identity = shape;
-                return (facts, None);
-            }
-        }
-        Err(e) => {
-            facts.open_error = Some(open_error(e));
-            return (facts, None);
-        }
-    }
-    let (db_options, families) = options.db_options(paths.kind, false);
-    let db = match DB::open_cf_descriptors(&db_options, &paths.db, families) {
-        Ok(db) => db,
-        Err(e) => {
-            facts.open_error = Some(open_error(e));
-            return (facts, None);
-        }
-    };
-    if let Err(error) = read_facts(&db, tp, paths.kind, &mut facts) {
-        facts.open_error = Some(error);
-        return (facts, None);
-    }
-    (facts, Some(db))
-}
-
-fn open_error(error: rocksdb::Error) -> OpenError {
-    OpenError::from_rocksdb(error.kind(), error.into_string())
-}
-
-/// `Some` when a store's column families are not exactly those of `kind`.
-fn other_families(kind: StoreType, mut found: Vec<String>) -> Option<Identity> {
-    let mut expected: Vec<String> = kind.families().iter().map(|f| f.to_string()).collect();
-    found.sort();
-    expected.sort();
-    (found != expected).then(|| Identity::OtherType {
-        found: found.join(", "),
-        expected: kind.label(),
-    })
-}
-
-/// Fills status, applied offset, identity (from foreign offset keys) and whether data is present
-/// in any family but `offsets` (data in a timestamped store's `default` counts too).
-fn read_facts(
-    db: &DB,
-    tp: &TopicPartition,
-    kind: StoreType,
-    facts: &mut StoreFacts,
-) -> Result<(), OpenError> {
-    let offsets = db
-        .cf_handle(OFFSETS_CF)
-        .ok_or_else(|| OpenError::Unreadable("column family `offsets` is missing".into()))?;
-    let own_key = tp.offset_key();
-    let mut foreign = None;
-    for item in db.iterator_cf(offsets, IteratorMode::Start) {
-        let (key, value) = item.map_err(open_error)?;
-        if &*key == STATUS_KEY {
-            facts.status = decode_i64(&value);
-        } else if *key == *own_key {
-            facts.applied =
-                decode_i64(&value).map_or(StoredOffset::Unreadable, StoredOffset::Valid);
-        } else {
-            foreign.get_or_insert_with(|| String::from_utf8_lossy(&key).into_owned());
-        }
-    }
-    if let (Some(other), StoredOffset::Absent) = (foreign, facts.applied) {
-        facts.identity = Identity::OtherPartition(other);
-    }
-    for name in kind.families().iter().filter(|&&name| name != OFFSETS_CF) {
-        let family = db
-            .cf_handle(name)
-            .ok_or_else(|| OpenError::Unreadable(format!("column family `{name}` is missing")))?;
-        if let Some(item) = db.iterator_cf(family, IteratorMode::Start).next() {
-            item.map_err(open_error)?;
-            facts.has_data = true;
-        }
-    }
-    Ok(())
-}
-
-fn create_fresh(
-    paths: &StorePaths,
-    tp: &TopicPartition,
-    options: &StoreOptions,
-) -> Result<DB, StoreError> {
-    create_private_dir(&paths.db).map_err(io_at(&paths.db))?;
-    meta::write(&paths.db, &meta::StoreMeta::new(tp)).map_err(io_at(&paths.db))?;
-    let (db_options, families) = options.db_options(paths.kind, true);
-    DB::open_cf_descriptors(&db_options, &paths.db, families).map_err(rocks(&paths.db))
-}
-
-/// Destroy, remove, recreate, under the marker. Once the fresh store exists the rebuild is an
-/// ordinary restore, which the commit protocol keeps crash-safe, so the marker goes.
-fn wipe_and_create(
-    paths: &StorePaths,
-    tp: &TopicPartition,
-    options: &StoreOptions,
-    reason: WipeReason,
-    detail: &str,
-) -> Result<DB, StoreError> {
-    tracing::warn!(
-        store_dir = %paths.db.display(),
-        topic = %tp.topic,
-        partition = tp.partition,
-        reason = reason.label(),
-        detail,
-        "wiping store; it will be rebuilt from the changelog's log-start offset"
-    );
-    let under_way = format!("wiping the store ({}: {detail})", reason.label());
-    under_marker(paths, &under_way, || {
-        remove_store_dir(&paths.db)?;
-        create_fresh(paths, tp, options)
-    })
-}
-
-/// Runs a change that takes the store's directory outside the commit protocol (creating, wiping,
-/// deleting it) under a marker beside the store, so that a kill half-way is found on the next open
-/// as `interrupted_rebuild`: what is left then was never committed to, or is being thrown away,
-/// and its files are not damaged. Without the marker, a kill while RocksDB creates a store leaves
-/// a directory without `CURRENT` (read as `corruption`) or without the `offsets` family (read as
-/// `format_mismatch`), and sends an operator to check a healthy volume.
-fn under_marker<T>(
-    paths: &StorePaths,
-    under_way: &str,
-    change: impl FnOnce() -> Result<T, StoreError>,
-) -> Result<T, StoreError> {
-    fs::write(&paths.marker, format!("{under_way}\n")).map_err(io_at(&paths.marker))?;
-    let value = change()?;
-    fs::remove_file(&paths.marker).map_err(io_at(&paths.marker))?;
-    Ok(value)
-}
-
-fn remove_store_dir(path: &Path) -> Result<(), StoreError> {
-    let result = match fs::symlink_metadata(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-        Ok(m) if m.is_dir() => {
-            // DestroyDB removes what RocksDB knows; remove_dir_all the rest (our metadata, debris).
-            let _ = DB::destroy(&options::bare_options(), path);
-            match fs::remove_dir_all(path) {
-                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-                other => other,
-            }
-        }
-        Ok(_) => fs::remove_file(path),
-    };
-    result.map_err(io_at(path))
-}
-
-/// Deletes a closed store and its lock and marker: group mode's end of a store revoked long
-/// enough ago. The lock is taken first, so a store that another process has open is left alone.
-/// The marker covers the removal: a crash half-way leaves a store that the next open wipes
-/// (`interrupted_rebuild`) rather than one it trusts.
-pub fn delete(paths: &StorePaths) -> Result<(), StoreError> {
-    let lock = StoreLock::acquire(&paths.lock, &paths.db)?;
-    under_marker(
-        paths,
-        "deleting the store (revoked longer than keep_unassigned ago)",
-        || remove_store_dir(&paths.db),
-    )?;
-    drop(lock);
-    match fs::remove_file(&paths.lock) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_at(&paths.lock)(e)),
-        _ => Ok(()),
-    }
-}
-
 /// Opens a store read-only, for `inspect` and tests; RocksDB's info log goes to warmstore's log
 /// (`StoreOptions::db_options`), so the store's own files are left exactly as they were.
 ///
@@ -699,32 +467,5 @@ mod tests {
             now + Duration::from_secs(60),
             interval
         ));
-    }
-
-    #[test]
-    fn a_store_of_another_type_is_told_apart_by_its_families() {
-        let names = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(
-            other_families(StoreType::KeyValue, names(&["offsets", "default"])),
-            None
-        );
-        assert_eq!(
-            other_families(
-                StoreType::TimestampedKeyValue,
-                names(&["default", "keyValueWithTimestamp", "offsets"])
-            ),
-            None
-        );
-        assert_eq!(
-            other_families(
-                StoreType::TimestampedKeyValue,
-                names(&["default", "offsets"])
-            ),
-            Some(Identity::OtherType {
-                found: "default, offsets".into(),
-                expected: "timestamped_key_value"
-            })
-        );
-        assert!(other_families(StoreType::KeyValue, names(&["default"])).is_some());
     }
 }
