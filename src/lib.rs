@@ -7,9 +7,10 @@
 //! what every partition is doing, over HTTP, in metrics and in the logs. [`service`] puts the
 //! engine and the HTTP server together for `warmstore run`.
 //!
-//! To follow one record from the consumer into a commit, start at `restore/worker.rs`:
+//! To follow one record from the consumer into a commit, start at `restore/worker/records.rs`:
 //! `take_batch` polls the partition's queue and puts each record into the store's uncommitted
 //! buffer, and `fetch` commits it with its offset when `restore::policy::commit_due` says so.
+//! `restore/worker.rs` around it runs the partition's life: open, the phases, close.
 
 pub mod config;
 pub mod kafka;
