@@ -641,6 +641,22 @@ fn a_leftover_wipe_marker_is_an_interrupted_rebuild() {
     assert_rebuilt(dir.path(), store);
 }
 
+/// A kill between the marker's creation and its one line leaves it empty: still a rebuild, and
+/// the detail says the marker was being written rather than showing nothing.
+#[test]
+fn an_empty_marker_is_an_interrupted_rebuild() {
+    let dir = tempfile::tempdir().unwrap();
+    closed_store(dir.path());
+    fs::write(paths(dir.path()).marker, b"").unwrap();
+    let (store, outcome) = open(dir.path());
+    assert!(
+        matches!(&outcome, OpenOutcome::Wiped { reason: WipeReason::InterruptedRebuild, detail }
+            if detail.contains("as it wrote the marker")),
+        "{outcome:?}"
+    );
+    assert_rebuilt(dir.path(), store);
+}
+
 #[test]
 fn offsets_outside_the_log_are_out_of_range() {
     for bounds in [

@@ -21,9 +21,15 @@ pub(super) fn probe(
     match fs::read_to_string(&paths.marker) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         found => {
+            // An empty marker: the kill came between its creation and its one line.
             let under_way = found.map_or_else(
                 |e| format!("(unreadable: {e})"),
-                |text| text.lines().next().unwrap_or("(empty)").to_string(),
+                |text| {
+                    text.lines()
+                        .next()
+                        .unwrap_or("nothing yet; the run was cut short as it wrote the marker")
+                        .to_string()
+                },
             );
             facts.interrupted_rebuild = Some(under_way);
             return (facts, None);
