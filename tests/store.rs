@@ -289,13 +289,20 @@ fn assert_rebuilt(dir: &Path, store: Store) {
 }
 
 fn corrupt_and_reopen(damage: impl FnOnce(&Path)) -> WipeReason {
+    wiped_after(|paths| damage(&paths.db)).0
+}
+
+/// A closed store, damaged, then opened: the wipe's reason and detail, once it is rebuilt.
+fn wiped_after(damage: impl FnOnce(&StorePaths)) -> (WipeReason, String) {
     let dir = tempfile::tempdir().unwrap();
     closed_store(dir.path());
-    damage(&paths(dir.path()).db);
+    damage(&paths(dir.path()));
     let (store, outcome) = open(dir.path());
-    let reason = wiped_reason(outcome);
+    let OpenOutcome::Wiped { reason, detail } = outcome else {
+        panic!("expected a wipe, got {outcome:?}");
+    };
     assert_rebuilt(dir.path(), store);
-    reason
+    (reason, detail)
 }
 
 #[test]
@@ -328,20 +335,15 @@ fn garbage_sst_is_corruption() {
 /// complete file into place): the store is not trusted, and the detail names the file.
 #[test]
 fn an_unreadable_metadata_file_is_corruption() {
-    let dir = tempfile::tempdir().unwrap();
-    closed_store(dir.path());
-    fs::write(
-        paths(dir.path()).db.join("warmstore.json"),
-        b"{\"format_version\": 1, \"to",
-    )
-    .unwrap();
-    let (store, outcome) = open(dir.path());
-    assert!(
-        matches!(&outcome, OpenOutcome::Wiped { reason: WipeReason::Corruption, detail }
-            if detail.contains("warmstore.json is unreadable")),
-        "{outcome:?}"
-    );
-    assert_rebuilt(dir.path(), store);
+    let (reason, detail) = wiped_after(|paths| {
+        fs::write(
+            paths.db.join("warmstore.json"),
+            b"{\"format_version\": 1, \"to",
+        )
+        .unwrap()
+    });
+    assert_eq!(reason, WipeReason::Corruption);
+    assert!(detail.contains("warmstore.json is unreadable"), "{detail}");
 }
 
 #[test]
@@ -645,16 +647,9 @@ fn a_leftover_wipe_marker_is_an_interrupted_rebuild() {
 /// the detail says the marker was being written rather than showing nothing.
 #[test]
 fn an_empty_marker_is_an_interrupted_rebuild() {
-    let dir = tempfile::tempdir().unwrap();
-    closed_store(dir.path());
-    fs::write(paths(dir.path()).marker, b"").unwrap();
-    let (store, outcome) = open(dir.path());
-    assert!(
-        matches!(&outcome, OpenOutcome::Wiped { reason: WipeReason::InterruptedRebuild, detail }
-            if detail.contains("as it wrote the marker")),
-        "{outcome:?}"
-    );
-    assert_rebuilt(dir.path(), store);
+    let (reason, detail) = wiped_after(|paths| fs::write(&paths.marker, b"").unwrap());
+    assert_eq!(reason, WipeReason::InterruptedRebuild);
+    assert!(detail.contains("as it wrote the marker"), "{detail}");
 }
 
 #[test]
