@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub use directory::delete;
-use dirty::{Action, LogBounds, UncleanPolicy, WipeReason};
+use dirty::{Action, Identity, LogBounds, UncleanPolicy, WipeReason};
 pub use format::TopicPartition;
 use format::{encode_i64, OFFSETS_CF, STATUS_CLOSED, STATUS_KEY, STATUS_OPEN};
 pub use layout::{Layout, StorePaths, StoreType};
@@ -147,23 +147,38 @@ impl Store {
             }
         }
         let (facts, db) = probe::probe(&paths, &tp, options);
-        let (db, outcome) = match dirty::decide(&facts, policy, bounds) {
+        // A store kept as found has warmstore's metadata unless something else made it (Kafka
+        // Streams); a created one has it from its creation.
+        let found_with_meta = !matches!(facts.identity, Identity::Unknown);
+        let (db, outcome, has_meta) = match dirty::decide(&facts, policy, bounds) {
             Action::Resume { applied, unclean } => match db {
-                Some(db) => (db, OpenOutcome::Resumed { applied, unclean }),
+                Some(db) => (
+                    db,
+                    OpenOutcome::Resumed { applied, unclean },
+                    found_with_meta,
+                ),
                 None => unreachable!("a store with an offset was opened"),
             },
             Action::StartEmpty => match db {
-                Some(db) => (db, OpenOutcome::Empty),
-                None => (directory::create(&paths, &tp, options)?, OpenOutcome::Empty),
+                Some(db) => (db, OpenOutcome::Empty, found_with_meta),
+                None => (
+                    directory::create(&paths, &tp, options)?,
+                    OpenOutcome::Empty,
+                    true,
+                ),
             },
             Action::Wipe { reason, detail } => {
                 drop(db);
                 (
                     directory::wipe_and_create(&paths, &tp, options, reason, &detail)?,
                     OpenOutcome::Wiped { reason, detail },
+                    true,
                 )
             }
         };
+        if !has_meta {
+            meta::write(&paths.db, &meta::StoreMeta::new(&tp)).map_err(io_at(&paths.db))?;
+        }
         let applied = match outcome {
             OpenOutcome::Resumed { applied, .. } => Some(applied),
             _ => None,
@@ -181,9 +196,6 @@ impl Store {
         options: StoreOptions,
         applied: Option<i64>,
     ) -> Result<Store, StoreError> {
-        if matches!(meta::read(&paths.db), Ok(None)) {
-            meta::write(&paths.db, &meta::StoreMeta::new(&tp)).map_err(io_at(&paths.db))?;
-        }
         lock.yield_to_rocksdb();
         let mut write_options = WriteOptions::default();
         write_options.disable_wal(!options.wal);

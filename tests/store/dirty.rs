@@ -203,6 +203,27 @@ fn a_newer_format_version_is_format_mismatch() {
     assert_rebuilt(dir.path(), store);
 }
 
+/// A store without warmstore's metadata (as Kafka Streams leaves one) is judged by its offsets,
+/// resumed, and given the metadata, so the next open knows whose it is.
+#[test]
+fn a_store_without_metadata_resumes_and_gets_it() {
+    let dir = tempfile::tempdir().unwrap();
+    closed_store(dir.path());
+    let meta = paths(dir.path()).db.join("warmstore.json");
+    fs::remove_file(&meta).unwrap();
+    let (store, outcome) = open(dir.path());
+    assert_eq!(
+        outcome,
+        OpenOutcome::Resumed {
+            applied: 42,
+            unclean: false
+        }
+    );
+    let written = fs::read_to_string(&meta).expect("the metadata is written on open");
+    assert!(written.contains("wordcount-counts-changelog"), "{written}");
+    drop(store);
+}
+
 /// A store left open (status 1), its data flushed, as after a crash.
 fn unclean_store(dir: &Path) {
     let (mut store, _) = open(dir);
