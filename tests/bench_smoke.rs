@@ -87,28 +87,42 @@ fn the_harness_produces_every_figure() {
 }
 
 /// `--scale` reports what many partitions cost, for this build and a baseline (here the same
-/// binary), and the ratios between them.
+/// binary), and the ratios between them, per round and their median, each round alternating
+/// which binary runs first.
 #[test]
 fn the_scale_run_produces_every_figure() {
-    assert_bench_prints(
+    let stdout = assert_bench_prints(
         &[
             "--records",
             "20000",
             "--scale",
             "2,8",
+            "--rounds",
+            "2",
             "--idle-seconds",
             "1",
         ],
         Some(&warmstore()),
         &[
-            "(c) 2 partitions, baseline: 20000 records",
-            "(c) 8 partitions, this build: 20000 records",
+            "(c) 2 partitions, baseline, round 1: 20000 records",
+            "(c) 8 partitions, this build, round 2: 20000 records",
             "threads, ",
             "open fds (",
             "idle CPU ",
             "ratio of the rate at 8 partitions to 2 partitions, this build:",
             "ratio this build / baseline at 8 partitions:",
+            "(median ",
         ],
+    );
+    // The second round runs this build first.
+    let at = |line: &str| {
+        stdout
+            .find(line)
+            .unwrap_or_else(|| panic!("no `{line}`:\n{stdout}"))
+    };
+    assert!(
+        at("(c) 2 partitions, this build, round 2") < at("(c) 2 partitions, baseline, round 2"),
+        "round 2 starts with this build:\n{stdout}"
     );
 }
 
