@@ -147,36 +147,30 @@ impl Store {
             }
         }
         let (facts, db) = probe::probe(&paths, &tp, options);
-        // A store kept as found has warmstore's metadata unless something else made it (Kafka
-        // Streams); a created one has it from its creation.
-        let found_with_meta = !matches!(facts.identity, Identity::Unknown);
-        let (db, outcome, has_meta) = match dirty::decide(&facts, policy, bounds) {
+        let action = dirty::decide(&facts, policy, bounds);
+        // A store kept as found lacks warmstore's metadata only when something else made it
+        // (Kafka Streams); a created or rebuilt one has it from its creation.
+        let adopted = db.is_some()
+            && !matches!(action, Action::Wipe { .. })
+            && matches!(facts.identity, Identity::Unknown);
+        let (db, outcome) = match action {
             Action::Resume { applied, unclean } => match db {
-                Some(db) => (
-                    db,
-                    OpenOutcome::Resumed { applied, unclean },
-                    found_with_meta,
-                ),
+                Some(db) => (db, OpenOutcome::Resumed { applied, unclean }),
                 None => unreachable!("a store with an offset was opened"),
             },
             Action::StartEmpty => match db {
-                Some(db) => (db, OpenOutcome::Empty, found_with_meta),
-                None => (
-                    directory::create(&paths, &tp, options)?,
-                    OpenOutcome::Empty,
-                    true,
-                ),
+                Some(db) => (db, OpenOutcome::Empty),
+                None => (directory::create(&paths, &tp, options)?, OpenOutcome::Empty),
             },
             Action::Wipe { reason, detail } => {
                 drop(db);
                 (
                     directory::wipe_and_create(&paths, &tp, options, reason, &detail)?,
                     OpenOutcome::Wiped { reason, detail },
-                    true,
                 )
             }
         };
-        if !has_meta {
+        if adopted {
             meta::write(&paths.db, &meta::StoreMeta::new(&tp)).map_err(io_at(&paths.db))?;
         }
         let applied = match outcome {
