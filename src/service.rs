@@ -9,7 +9,8 @@ use tokio::task::JoinHandle;
 
 use crate::config::Config;
 use crate::observe::http::{self, AppState};
-use crate::observe::status::{Board, NotReady, WarmUp};
+use crate::observe::readiness::{NotReady, WarmUp};
+use crate::observe::status::Board;
 use crate::restore::{Engine, EngineError};
 
 #[derive(Debug, thiserror::Error)]

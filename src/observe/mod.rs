@@ -1,9 +1,10 @@
-//! What shows the engine to its operators: the status board every partition reports to (with the
-//! readiness rule), the Prometheus metrics computed from it, the HTTP endpoints that serve both,
-//! and the logs.
+//! What shows the engine to its operators: the status board every partition reports to, the
+//! readiness rule read from it, the Prometheus metrics computed from it, the HTTP endpoints that
+//! serve all three, and the logs.
 
 pub mod group;
 pub mod http;
 pub mod logging;
 pub mod metrics;
+pub mod readiness;
 pub mod status;
