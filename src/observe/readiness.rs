@@ -203,11 +203,7 @@ mod tests {
     fn an_empty_board_or_a_failed_store_is_not_ready() {
         let board = Board::default();
         assert!(!board.readiness(10).ready);
-        let status = Arc::new(PartitionStatus::new("s", "t", 0, PathBuf::from("/x")));
-        status.position.store(5, Relaxed);
-        status.end_offset.store(5, Relaxed);
-        status.set_state(PartitionState::CaughtUp, None);
-        board.add(status);
+        caught_up(&board, "s");
         assert!(board.readiness(10).ready);
         board.set_store_error("other", Some("topic missing not found".into()));
         let r = board.readiness(10);

@@ -21,11 +21,17 @@ fn wiped_after(damage: impl FnOnce(&StorePaths)) -> (WipeReason, String) {
     let dir = tempfile::tempdir().unwrap();
     closed_store(dir.path());
     damage(&paths(dir.path()));
-    let (store, outcome) = open(dir.path());
+    wipe_on_open(dir.path())
+}
+
+/// Opens the store in `dir`, which must be wiped: the wipe's reason and detail, once it is
+/// rebuilt.
+fn wipe_on_open(dir: &Path) -> (WipeReason, String) {
+    let (store, outcome) = open(dir);
     let OpenOutcome::Wiped { reason, detail } = outcome else {
         panic!("expected a wipe, got {outcome:?}");
     };
-    assert_rebuilt(dir.path(), store);
+    assert_rebuilt(dir, store);
     (reason, detail)
 }
 
@@ -116,9 +122,7 @@ fn a_file_where_the_store_directory_should_be_is_corruption() {
     let dir = tempfile::tempdir().unwrap();
     fs::create_dir_all(dir.path().join("counts")).unwrap();
     fs::write(paths(dir.path()).db, b"not a directory").unwrap();
-    let (store, outcome) = open(dir.path());
-    assert_eq!(wiped_reason(outcome), WipeReason::Corruption);
-    assert_rebuilt(dir.path(), store);
+    assert_eq!(wipe_on_open(dir.path()).0, WipeReason::Corruption);
 }
 
 /// Writes straight into a store's column families, as a foreign or broken writer would.
@@ -144,9 +148,7 @@ fn raw_write(dir: &Path, default: &[(&[u8], &[u8])], offsets: &[(&[u8], &[u8])])
 fn data_without_an_offset_is_missing_offsets() {
     let dir = tempfile::tempdir().unwrap();
     raw_write(dir.path(), &[(b"apple", b"1")], &[(b"status", &[0; 8])]);
-    let (store, outcome) = open(dir.path());
-    assert_eq!(wiped_reason(outcome), WipeReason::MissingOffsets);
-    assert_rebuilt(dir.path(), store);
+    assert_eq!(wipe_on_open(dir.path()).0, WipeReason::MissingOffsets);
 }
 
 #[test]
@@ -157,9 +159,7 @@ fn garbage_offset_bytes_are_missing_offsets() {
         &[(b"apple", b"1")],
         &[(b"wordcount-counts-changelog-0", b"forty-two")],
     );
-    let (store, outcome) = open(dir.path());
-    assert_eq!(wiped_reason(outcome), WipeReason::MissingOffsets);
-    assert_rebuilt(dir.path(), store);
+    assert_eq!(wipe_on_open(dir.path()).0, WipeReason::MissingOffsets);
 }
 
 #[test]
@@ -170,9 +170,7 @@ fn offsets_of_another_topic_are_format_mismatch() {
         &[(b"apple", b"1")],
         &[(b"orders-changelog-0", &[0, 0, 0, 0, 0, 0, 0, 9])],
     );
-    let (store, outcome) = open(dir.path());
-    assert_eq!(wiped_reason(outcome), WipeReason::FormatMismatch);
-    assert_rebuilt(dir.path(), store);
+    assert_eq!(wipe_on_open(dir.path()).0, WipeReason::FormatMismatch);
 }
 
 #[test]
@@ -198,9 +196,7 @@ fn a_newer_format_version_is_format_mismatch() {
         .unwrap()
         .replace("\"format_version\": 1", "\"format_version\": 99");
     fs::write(&meta, text).unwrap();
-    let (store, outcome) = open(dir.path());
-    assert_eq!(wiped_reason(outcome), WipeReason::FormatMismatch);
-    assert_rebuilt(dir.path(), store);
+    assert_eq!(wipe_on_open(dir.path()).0, WipeReason::FormatMismatch);
 }
 
 /// A store without warmstore's metadata (as Kafka Streams leaves one) is judged by its offsets,
@@ -298,9 +294,7 @@ fn a_leftover_wipe_marker_is_an_interrupted_rebuild() {
         b"corruption: earlier run died here\n",
     )
     .unwrap();
-    let (store, outcome) = open(dir.path());
-    assert_eq!(wiped_reason(outcome), WipeReason::InterruptedRebuild);
-    assert_rebuilt(dir.path(), store);
+    assert_eq!(wipe_on_open(dir.path()).0, WipeReason::InterruptedRebuild);
 }
 
 /// A kill between the marker's creation and its one line leaves it empty: still a rebuild, and

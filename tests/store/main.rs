@@ -88,20 +88,19 @@ fn wiped_reason(outcome: OpenOutcome) -> WipeReason {
 }
 
 fn files_ending(dir: &Path, suffix: &str) -> Vec<PathBuf> {
-    let mut files: Vec<_> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().ends_with(suffix))
-        .collect();
-    files.sort();
-    files
+    files_named(dir, |name| name.ends_with(suffix))
 }
 
 fn files_starting(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    files_named(dir, |name| name.starts_with(prefix))
+}
+
+/// The files in `dir` whose names `keep` accepts, sorted.
+fn files_named(dir: &Path, keep: impl Fn(&str) -> bool) -> Vec<PathBuf> {
     let mut files: Vec<_> = fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+        .filter(|p| keep(&p.file_name().unwrap().to_string_lossy()))
         .collect();
     files.sort();
     files
@@ -215,36 +214,30 @@ fn options_file_forces_atomic_flush_and_format_version_6() {
     let lines: Vec<&str> = text.lines().map(str::trim).collect();
     assert!(lines.contains(&"atomic_flush=true"), "{text}");
     assert!(!lines.contains(&"atomic_flush=false"));
-    for family in ["default", "offsets"] {
-        let header = format!("[TableOptions/BlockBasedTable \"{family}\"]");
+    // The lines under a section's header, up to the next header.
+    let section = |header: String| -> Vec<&str> {
         let start = lines
             .iter()
             .position(|l| *l == header)
             .unwrap_or_else(|| panic!("{header} in {text}"));
-        let section: Vec<&str> = lines[start + 1..]
+        lines[start + 1..]
             .iter()
             .take_while(|l| !l.starts_with('['))
             .copied()
-            .collect();
+            .collect()
+    };
+    for family in ["default", "offsets"] {
+        let table = section(format!("[TableOptions/BlockBasedTable \"{family}\"]"));
+        assert!(table.contains(&"format_version=6"), "{family}: {table:?}");
+        let family_options = section(format!("[CFOptions \"{family}\"]"));
         assert!(
-            section.contains(&"format_version=6"),
-            "{family}: {section:?}"
-        );
-        let cf_header = format!("[CFOptions \"{family}\"]");
-        let start = lines.iter().position(|l| *l == cf_header).unwrap();
-        let section: Vec<&str> = lines[start + 1..]
-            .iter()
-            .take_while(|l| !l.starts_with('['))
-            .copied()
-            .collect();
-        assert!(
-            section.contains(&"write_buffer_size=1048576"),
-            "{family}: {section:?}"
+            family_options.contains(&"write_buffer_size=1048576"),
+            "{family}: {family_options:?}"
         );
         // Uncompressed, as Kafka Streams writes: RocksDB itself would pick Snappy.
         assert!(
-            section.contains(&"compression=kNoCompression"),
-            "{family}: {section:?}"
+            family_options.contains(&"compression=kNoCompression"),
+            "{family}: {family_options:?}"
         );
     }
 }
@@ -454,17 +447,15 @@ fn a_second_process_gets_a_clear_lock_error() {
     );
 }
 
+/// Every file in `dir`, sorted, with its size and modification time.
 fn listing(dir: &Path) -> Vec<(PathBuf, u64, std::time::SystemTime)> {
-    let mut files: Vec<_> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| {
-            let e = e.unwrap();
-            let m = e.metadata().unwrap();
-            (e.path(), m.len(), m.modified().unwrap())
+    files_named(dir, |_| true)
+        .into_iter()
+        .map(|path| {
+            let m = fs::metadata(&path).unwrap();
+            (path, m.len(), m.modified().unwrap())
         })
-        .collect();
-    files.sort();
-    files
+        .collect()
 }
 
 #[test]
