@@ -7,9 +7,11 @@
 //! (e) the peer, Quix Streams' recovery (`bench/quix_peer.py`) on a copy of the same changelog,
 //! and, with `--rss-records N`, (c) again on a changelog of N records for the memory comparison, and
 //! with `--compressed CODEC,...`, (a), (b), (c) and (e) again on the same changelog produced with
-//! each codec, and with `--one-core`, (c) again pinned to the first core (as `taskset -c 0`), then
-//! one copy of (c) per core at once, each pinned to its own: work that shares nothing, so its rate
-//! over the pinned run's is the most "N cores / one core" this machine and broker allow.
+//! each codec, and with `--one-core`, (c) again pinned to the first core (as `taskset -c 0`), with
+//! how busy each run kept its cores and the CPU of each kind of thread (`--rounds N` pairs the two N
+//! times, alternating which runs first, and gives the median ratio), then one copy of (c) per core
+//! at once, each pinned to its own: work that shares nothing, so its rate over the pinned run's is
+//! the most "N cores / one core" this machine and broker allow.
 //! CPU(c) / (CPU(a) + CPU(b)) is the pipeline's overhead: what fetching and writing
 //! together cost beyond each alone.
 //! With `--scale P1,P2,...` it measures only (c) on a changelog of the same records spread over each
@@ -27,6 +29,7 @@
 //! `--help` prints the usage.
 
 mod broker;
+mod cores;
 mod limits;
 mod peer;
 mod run;
@@ -34,7 +37,7 @@ mod shapes;
 
 use broker::{Broker, Source};
 use limits::limits;
-use run::{copies_on_their_own_cores, warmstore_run, warmstore_run_with, Watch};
+use run::warmstore_run;
 use shapes::{large, scale};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -43,7 +46,7 @@ pub const TOPIC: &str = "bench-changelog";
 
 const USAGE: &str =
     "usage: cargo run --release --example bench -- [--records N] [--partitions P] [--value-size B]
-       [--rss-records N] [--compressed CODEC,...] [--one-core] [--kafka key=value ...] [--no-peer]
+       [--rss-records N] [--compressed CODEC,...] [--one-core [--rounds N]] [--kafka key=value ...] [--no-peer]
        [--scale P1,P2,... [--baseline BIN] [--rounds N] [--idle-seconds S]] [--large RECORDSxPARTITIONS,...]
        [--broker HOST:PORT]";
 
@@ -189,30 +192,15 @@ fn main() {
     // Before (d) adds records, so both runs read the same changelog.
     if args.iter().any(|a| a == "--one-core") {
         let bin = exe_dir().parent().unwrap().join("warmstore");
-        let state = work.join("state-one-core");
-        let one = warmstore_run_with(
+        let rounds = arg(&args, "--rounds", 1).max(1);
+        cores::one_core(
             &bin,
             &broker.bootstrap,
-            &state,
+            &work,
             partitions,
             &kafka,
-            Watch {
-                core: Some(0),
-                ..Watch::default()
-            },
-        );
-        println!("(c) pinned to one core: {}", one.figures());
-        println!(
-            "ratio (c) on {} cores / (c) on one core: {:.2}",
-            num_cpus(),
-            plain.c.rate() / one.rate()
-        );
-        let (copied, slowest) =
-            copies_on_their_own_cores(&bin, &broker.bootstrap, &work, partitions, &kafka);
-        println!(
-            "ceiling, {} copies of (c) at once, each pinned to a core of its own: {copied} records in all in {slowest:.2} s; their rate over (c) on one core: {:.2}",
-            num_cpus(),
-            copied as f64 / slowest / one.rate()
+            &plain.c,
+            rounds,
         );
     }
     broker.command(&format!("produce {}", records / 10));

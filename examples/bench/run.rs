@@ -18,6 +18,8 @@ pub struct Run {
     pub idle_cpu: Option<f64>,
     /// (seconds since spawn, records restored), sampled every 250 ms when watched.
     pub progress: Vec<(f64, u64)>,
+    /// CPU seconds by kind of thread until caught up (`cpu_by_thread`).
+    pub cpu_by_thread: Vec<(String, f64)>,
     /// Bytes the process wrote to disk (`/proc/PID/io`) until caught up.
     pub written: u64,
     /// Disk the stores take once warmstore has stopped.
@@ -51,24 +53,42 @@ impl Run {
             mib(self.peak_rss)
         )
     }
+
+    /// Cores kept busy on average until caught up, then the CPU seconds of each kind of thread.
+    pub fn cpu_figures(&self) -> String {
+        let threads: Vec<String> = self
+            .cpu_by_thread
+            .iter()
+            .filter(|(_, cpu)| *cpu >= 0.01)
+            .map(|(kind, cpu)| format!("{kind} {cpu:.2}"))
+            .collect();
+        format!(
+            "{:.2} cores busy; CPU s by thread: {}",
+            self.cpu_seconds / self.seconds,
+            threads.join(", ")
+        )
+    }
 }
 
-pub fn proc_figures(pid: u32) -> (f64, u64) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+/// CPU seconds (user and system) in a `/proc/.../stat` file, of a process or of one thread.
+fn cpu_in(stat: &str) -> f64 {
+    let stat = std::fs::read_to_string(stat).unwrap_or_default();
     let fields: Vec<&str> = stat
         .rsplit_once(')')
         .map(|(_, r)| r.split_whitespace().collect())
         .unwrap_or_default();
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    let cpu = (fields
-        .get(11)
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or(0.0)
-        + fields
-            .get(12)
+    let field = |i: usize| {
+        fields
+            .get(i)
             .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0))
-        / ticks;
+            .unwrap_or(0.0)
+    };
+    (field(11) + field(12)) / ticks
+}
+
+pub fn proc_figures(pid: u32) -> (f64, u64) {
+    let cpu = cpu_in(&format!("/proc/{pid}/stat"));
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let hwm = status
         .lines()
@@ -145,6 +165,31 @@ pub fn copies_on_their_own_cores(
     )
 }
 
+/// CPU seconds of a process by kind of thread, largest first. Threads are named by kind
+/// (`restore`, `rocksdb:high`) or by kind and number (librdkafka's `rdk:broker1`, `rdk:broker-1`);
+/// the number is dropped, so that each kind is one figure.
+fn cpu_by_thread(pid: u32) -> Vec<(String, f64)> {
+    let mut kinds: Vec<(String, f64)> = Vec::new();
+    let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return kinds;
+    };
+    for thread in threads.flatten() {
+        let dir = thread.path();
+        let name = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        let kind = name
+            .trim_end()
+            .trim_end_matches(|c: char| c.is_ascii_digit() || c == '-')
+            .to_string();
+        let cpu = cpu_in(&dir.join("stat").to_string_lossy());
+        match kinds.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, sum)) => *sum += cpu,
+            None => kinds.push((kind, cpu)),
+        }
+    }
+    kinds.sort_by(|a, b| b.1.total_cmp(&a.1));
+    kinds
+}
+
 /// Threads (`/proc/PID/status`) and open descriptors (`/proc/PID/fd`) of a process.
 fn threads_and_fds(pid: u32) -> (u64, u64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -219,6 +264,7 @@ pub fn warmstore_run_with(
     }
     let seconds = started.elapsed().as_secs_f64();
     let (cpu_seconds, peak_rss) = proc_figures(child.id());
+    let cpu_by_thread = cpu_by_thread(child.id());
     let written = written_bytes(child.id());
     let (threads, fds) = threads_and_fds(child.id());
     let idle_cpu = watch.idle.map(|idle| {
@@ -248,6 +294,7 @@ pub fn warmstore_run_with(
         fds,
         idle_cpu,
         progress,
+        cpu_by_thread,
         written,
         disk: disk_bytes(state_dir),
     }

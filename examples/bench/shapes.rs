@@ -115,7 +115,7 @@ fn rate_of(rates: &[ScaleRate], partitions: u64, name: &str, round: u64) -> Opti
 }
 
 /// A ratio of each round: "0.93" for one round, "0.93, 1.01, 0.97 (median 0.97)" for more.
-fn per_round(rounds: u64, ratio: impl Fn(u64) -> Option<f64>) -> String {
+pub fn per_round(rounds: u64, ratio: impl Fn(u64) -> Option<f64>) -> String {
     let mut ratios: Vec<f64> = (1..=rounds).filter_map(ratio).collect();
     let listed = ratios
         .iter()
