@@ -9,7 +9,8 @@ use std::path::Path;
 /// pinned run with `first`, the (c) the limits measured just before; later rounds run both again,
 /// alternating which runs first. The speed of this machine drifts by a fifth from one run to the
 /// next, which is as much as the ratio's distance from its target, so one pair can say little and
-/// the median of several says more. Then the ceiling: one copy of (c) per core at once.
+/// the median of several says more. Then the ceiling: one copy of (c) per core at once, over the
+/// last pinned run, the one nearest to it in time.
 pub fn one_core(
     bin: &Path,
     bootstrap: &str,
