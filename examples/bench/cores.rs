@@ -30,7 +30,6 @@ pub fn one_core(
         warmstore_run_with(bin, bootstrap, &state, partitions, kafka, watch)
     };
     let mut rates = Vec::new();
-    let mut pinned_rate = 0.0;
     for round in 1..=rounds {
         let (all, one) = match round {
             1 => (None, run("one-core", round, Some(0))),
@@ -57,7 +56,6 @@ pub fn one_core(
         println!("(c) on {cores} cores{of_round}: {}", all.cpu_figures());
         println!("(c) pinned to one core{of_round}: {}", one.cpu_figures());
         rates.push((all.rate(), one.rate()));
-        pinned_rate = one.rate();
     }
     println!(
         "ratio (c) on {cores} cores / (c) on one core: {}",
@@ -66,8 +64,9 @@ pub fn one_core(
             .map(|(all, one)| all / one))
     );
     let (copied, slowest) = copies_on_their_own_cores(bin, bootstrap, work, partitions, kafka);
+    let last_pinned = rates.last().map_or(f64::NAN, |(_, one)| *one);
     println!(
         "ceiling, {cores} copies of (c) at once, each pinned to a core of its own: {copied} records in all in {slowest:.2} s; their rate over (c) on one core: {:.2}",
-        copied as f64 / slowest / pinned_rate
+        copied as f64 / slowest / last_pinned
     );
 }

@@ -71,8 +71,8 @@ impl Run {
 }
 
 /// CPU seconds (user and system) in a `/proc/.../stat` file, of a process or of one thread.
-fn cpu_in(stat: &str) -> f64 {
-    let stat = std::fs::read_to_string(stat).unwrap_or_default();
+fn cpu_in(path: &Path) -> f64 {
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
     let fields: Vec<&str> = stat
         .rsplit_once(')')
         .map(|(_, r)| r.split_whitespace().collect())
@@ -88,7 +88,7 @@ fn cpu_in(stat: &str) -> f64 {
 }
 
 pub fn proc_figures(pid: u32) -> (f64, u64) {
-    let cpu = cpu_in(&format!("/proc/{pid}/stat"));
+    let cpu = cpu_in(Path::new(&format!("/proc/{pid}/stat")));
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let hwm = status
         .lines()
@@ -180,7 +180,7 @@ fn cpu_by_thread(pid: u32) -> Vec<(String, f64)> {
             .trim_end()
             .trim_end_matches(|c: char| c.is_ascii_digit() || c == '-')
             .to_string();
-        let cpu = cpu_in(&dir.join("stat").to_string_lossy());
+        let cpu = cpu_in(&dir.join("stat"));
         match kinds.iter_mut().find(|(k, _)| *k == kind) {
             Some((_, sum)) => *sum += cpu,
             None => kinds.push((kind, cpu)),
