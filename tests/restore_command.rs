@@ -57,6 +57,60 @@ fn the_timeout_exits_1_listing_what_is_not_warm() {
     assert!(log.contains("store slow"), "{log}");
 }
 
+/// The init container's log says, for each store partition, that it was restored and from where
+/// to where, with the time spent waiting for a turn, catching up and flushing: how a user finds
+/// what a slow restore waited on, as Kafka Streams logs each changelog it has restored.
+#[test]
+fn each_restored_partition_is_logged_with_where_its_time_went() {
+    let mut broker = Broker::new();
+    broker.create_topic("logged", 2);
+    broker.produce_changelog("logged", 2, 300, 3);
+    let dir = tempfile::tempdir().unwrap();
+    let stores = "  - name: logged\n    changelog: logged\n";
+    // Without it, a partition within the default lag is warm before it takes anything.
+    let wait_for_all = "  ready_max_lag: 0\n";
+    let config = write_config(
+        dir.path(),
+        &broker.bootstrap,
+        "127.0.0.1:0",
+        stores,
+        wait_for_all,
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_warmstore"))
+        .args(["restore", "--config"])
+        .arg(&config)
+        .env("WARMSTORE_LOG_FORMAT", "json")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("warmstore runs");
+    let log = stderr(&out);
+    assert!(out.status.success(), "{log}");
+    let restored: Vec<serde_json::Value> = log
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|line| line["message"] == "store partition restored")
+        .collect();
+    let mut partitions: Vec<i64> = restored
+        .iter()
+        .filter_map(|line| line["partition"].as_i64())
+        .collect();
+    partitions.sort();
+    assert_eq!(partitions, [0, 1], "one line per partition:\n{log}");
+    for line in &restored {
+        let partition = line["partition"].as_i64().unwrap() as i32;
+        assert_eq!(line["from"], 0, "{line}");
+        assert_eq!(
+            line["to"],
+            broker.watermarks("logged", partition).1,
+            "{line}"
+        );
+        for phase in ["waited_for_turn_s", "catching_up_s", "flushing_s"] {
+            let seconds = line[phase].as_f64();
+            assert!(seconds.is_some_and(|s| s >= 0.0), "{phase} in {line}");
+        }
+    }
+}
+
 /// The store partition (timestamps included), when it exists yet. A kill can land while RocksDB
 /// creates it, after its `CURRENT` file and before its column families: nothing is in it yet, and
 /// the next run wipes and creates it again.

@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use super::tasks::Stop;
@@ -43,6 +43,7 @@ struct Budget {
 pub struct Turn {
     turns: Arc<Turns>,
     bytes: u64,
+    granted: Instant,
 }
 
 /// A place in the line; leaving it (granted, stopped, or the waiting task dropped) lets the next
@@ -111,6 +112,7 @@ impl Turns {
                     return Some(Turn {
                         turns: self.clone(),
                         bytes,
+                        granted: Instant::now(),
                     });
                 }
                 // Only the head of the line weighs itself again: the others could not go first
@@ -170,6 +172,11 @@ impl Turn {
     /// The memory this turn stands for: what the catch-up holding it is estimated to hold.
     pub fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// When the partition holding it got it, so that its restore can tell its wait apart.
+    pub fn granted(&self) -> Instant {
+        self.granted
     }
 }
 

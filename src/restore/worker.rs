@@ -103,8 +103,7 @@ struct Run<'a> {
     turn: Option<Turn>,
     /// Whether the turn was resized to the catch-up's record size yet.
     turn_sized: bool,
-    /// Where the current catch-up started, and the end offset it started towards.
-    catch_up: (i64, i64),
+    catch_up: CatchUp,
     last_commit: Instant,
     last_batch: Instant,
     last_properties: Instant,
@@ -112,6 +111,14 @@ struct Run<'a> {
     taken_since_properties: bool,
     /// The last batch emptied the lane's queue: wait to be woken before the next.
     drained: bool,
+}
+
+/// The current catch-up: where it started, the end offset it started towards, and when.
+#[derive(Debug, Clone, Copy)]
+struct CatchUp {
+    from: i64,
+    target: i64,
+    started: Instant,
 }
 
 impl Run<'_> {
@@ -217,7 +224,11 @@ impl Worker {
             assignment: None,
             turn: None,
             turn_sized: false,
-            catch_up: (-1, -1),
+            catch_up: CatchUp {
+                from: -1,
+                target: -1,
+                started: Instant::now(),
+            },
             last_commit: Instant::now(),
             last_batch: Instant::now(),
             last_properties: Instant::now() - PROPERTIES_EVERY,
@@ -321,7 +332,11 @@ impl Worker {
     /// Marks the start of a catch-up at the current position: at open, after a wipe, and when a
     /// tailing partition falls behind. Progress is measured against the end offset seen now.
     fn start_catch_up(&self, run: &mut Run, end: i64) {
-        run.catch_up = (run.next, end);
+        run.catch_up = CatchUp {
+            from: run.next,
+            target: end,
+            started: Instant::now(),
+        };
         self.status.position.store(run.next, Relaxed);
         self.status.catchup_from.store(run.next, Relaxed);
         self.status.catchup_target.store(end, Relaxed);
@@ -341,7 +356,9 @@ impl Worker {
             drop(run.assignment.take());
         }
         if t.flush {
+            let flushing = Instant::now();
             off_the_worker(|| store.flush())?;
+            self.log_restored(run, flushing);
         }
         // After the flush: the merge it starts must not delay the catch-up's tables.
         if t.to == Phase::Tailing && store.compaction_deferred() {
@@ -378,6 +395,24 @@ impl Worker {
         }
         drop(done);
         Ok(())
+    }
+
+    /// One line per store partition restored (its first catch-up since open or wipe, just made
+    /// durable), as Kafka Streams logs each changelog it has restored, with where the time went:
+    /// waiting for a turn of memory, fetching and applying, and the flush. A flush queues behind
+    /// other partitions' on RocksDB's flush threads, so a restore paced by them shows it here.
+    fn log_restored(&self, run: &Run, flushing: Instant) {
+        let started = run.catch_up.started;
+        let granted = run
+            .turn
+            .as_ref()
+            .map_or(started, |turn| turn.granted().max(started));
+        tracing::info!(store = %self.status.store, topic = %self.tp.topic, partition = self.tp.partition,
+            from = run.catch_up.from, to = run.next,
+            waited_for_turn_s = seconds(granted.duration_since(started)),
+            catching_up_s = seconds(flushing.duration_since(granted)),
+            flushing_s = seconds(flushing.elapsed()),
+            "store partition restored");
     }
 
     /// Waits for a turn to catch up (`policy::needs_turn` said the partition is far behind),
@@ -472,6 +507,11 @@ impl Worker {
             applied = ?last_taken, "store closed cleanly");
         Ok(())
     }
+}
+
+/// Seconds to the millisecond, as a log shows them.
+fn seconds(duration: Duration) -> f64 {
+    (duration.as_secs_f64() * 1000.0).round() / 1000.0
 }
 
 /// Runs a call that waits on the disk (a flush), handing this worker thread's other partitions to

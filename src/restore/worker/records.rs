@@ -123,12 +123,12 @@ impl Worker {
         if let (Some(turn), false, true) = (run.turn.as_mut(), run.turn_sized, batch.records > 0) {
             let per_record = batch.bytes as f64 / batch.records as f64;
             turn.resize(policy::turn_weight(
-                run.catch_up.1 - run.catch_up.0,
+                run.catch_up.target - run.catch_up.from,
                 Some(per_record),
                 self.turns.turn_bytes,
             ));
             run.turn_sized = true;
-            if policy::defers_compaction(run.catch_up.1 - run.next, per_record) {
+            if policy::defers_compaction(run.catch_up.target - run.next, per_record) {
                 off_the_worker(|| store.defer_compaction())?;
             }
         }
