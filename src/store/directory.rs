@@ -9,7 +9,7 @@ use std::path::Path;
 use super::dirty::WipeReason;
 use super::lock::StoreLock;
 use super::{
-    create_private_dir, io_at, meta, options, rocks, StoreError, StoreOptions, StorePaths,
+    create_private_dir, io_at, meta, options, rocks, timer, StoreError, StoreOptions, StorePaths,
     TopicPartition,
 };
 
@@ -33,7 +33,7 @@ fn create_fresh(
     create_private_dir(&paths.db).map_err(io_at(&paths.db))?;
     meta::write(&paths.db, &meta::StoreMeta::new(tp)).map_err(io_at(&paths.db))?;
     let (db_options, families) = options.db_options(paths.kind, true);
-    DB::open_cf_descriptors(&db_options, &paths.db, families).map_err(rocks(&paths.db))
+    timer::open(&db_options, &paths.db, families).map_err(rocks(&paths.db))
 }
 
 /// Destroy, remove, recreate, under the marker. Once the fresh store exists the rebuild is an

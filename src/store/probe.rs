@@ -8,7 +8,7 @@ use std::io;
 
 use super::dirty::{Identity, OpenError, StoreFacts, StoredOffset};
 use super::format::{decode_i64, OFFSETS_CF, STATUS_KEY};
-use super::{meta, options, StoreOptions, StorePaths, StoreType, TopicPartition};
+use super::{meta, options, timer, StoreOptions, StorePaths, StoreType, TopicPartition};
 
 /// Learns everything the dirty rules need, opening the database when it exists. Never panics and
 /// never changes the store: a failure becomes `open_error`.
@@ -89,7 +89,7 @@ pub(super) fn probe(
         }
     }
     let (db_options, families) = options.db_options(paths.kind, false);
-    let db = match DB::open_cf_descriptors(&db_options, &paths.db, families) {
+    let db = match timer::open(&db_options, &paths.db, families) {
         Ok(db) => db,
         Err(e) => {
             facts.open_error = Some(open_error(e));
