@@ -33,7 +33,7 @@ fn create_fresh(
     create_private_dir(&paths.db).map_err(io_at(&paths.db))?;
     meta::write(&paths.db, &meta::StoreMeta::new(tp)).map_err(io_at(&paths.db))?;
     let (db_options, families) = options.db_options(paths.kind, true);
-    timer::open(&db_options, &paths.db, families).map_err(rocks(&paths.db))
+    timer::open_db(&db_options, &paths.db, families).map_err(rocks(&paths.db))
 }
 
 /// Destroy, remove, recreate, under the marker. Once the fresh store exists the rebuild is an

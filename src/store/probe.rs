@@ -89,7 +89,7 @@ pub(super) fn probe(
         }
     }
     let (db_options, families) = options.db_options(paths.kind, false);
-    let db = match timer::open(&db_options, &paths.db, families) {
+    let db = match timer::open_db(&db_options, &paths.db, families) {
         Ok(db) => db,
         Err(e) => {
             facts.open_error = Some(open_error(e));

@@ -16,11 +16,11 @@ use std::path::Path;
 
 /// How late RocksDB's timer thread may wake.
 #[cfg(target_os = "linux")]
-pub const TIMER_SLACK_NS: u64 = 1_000_000_000;
+const TIMER_SLACK_NS: u64 = 1_000_000_000;
 
 /// Opens a database as `DB::open_cf_descriptors` does, with the calling thread's timer slack
 /// coarse for the duration, so that a timer thread RocksDB starts meanwhile inherits it.
-pub(super) fn open(
+pub(super) fn open_db(
     options: &Options,
     path: &Path,
     families: Vec<ColumnFamilyDescriptor>,
