@@ -16,7 +16,7 @@ use std::path::Path;
 
 /// How late RocksDB's timer thread may wake.
 #[cfg(target_os = "linux")]
-const TIMER_SLACK_NS: u64 = 1_000_000_000;
+const TIMER_SLACK_NS: libc::c_ulong = 1_000_000_000;
 
 /// Opens a database as `DB::open_cf_descriptors` does, with the calling thread's timer slack
 /// coarse for the duration, so that a timer thread RocksDB starts meanwhile inherits it.
@@ -25,52 +25,35 @@ pub(super) fn open_db(
     path: &Path,
     families: Vec<ColumnFamilyDescriptor>,
 ) -> Result<DB, rocksdb::Error> {
+    #[cfg(target_os = "linux")]
     let _coarse = CoarseSlack::set();
     DB::open_cf_descriptors(options, path, families)
 }
 
-/// The calling thread's timer slack, coarse until dropped.
+/// The calling thread's timer slack, coarse until dropped, when dropped back to `previous`.
+#[cfg(target_os = "linux")]
 struct CoarseSlack {
-    #[cfg(target_os = "linux")]
-    previous: Option<u64>,
+    previous: libc::c_ulong,
 }
 
+#[cfg(target_os = "linux")]
 impl CoarseSlack {
-    #[cfg(target_os = "linux")]
-    fn set() -> CoarseSlack {
+    /// `None` when the slack cannot be read, and is then left alone: that costs only CPU.
+    fn set() -> Option<CoarseSlack> {
         // SAFETY: PR_GET_TIMERSLACK and PR_SET_TIMERSLACK read and change only the calling
-        // thread's timer slack. A failure leaves the slack as it was, which costs only CPU.
+        // thread's timer slack.
         let previous = unsafe { libc::prctl(libc::PR_GET_TIMERSLACK, 0, 0, 0, 0) };
-        let previous = u64::try_from(previous).ok();
-        if previous.is_some() {
-            // SAFETY: as above.
-            unsafe {
-                libc::prctl(
-                    libc::PR_SET_TIMERSLACK,
-                    TIMER_SLACK_NS as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                );
-            }
-        }
-        CoarseSlack { previous }
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    fn set() -> CoarseSlack {
-        CoarseSlack {}
+        let previous = libc::c_ulong::try_from(previous).ok()?;
+        // SAFETY: as above.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, TIMER_SLACK_NS, 0, 0, 0) };
+        Some(CoarseSlack { previous })
     }
 }
 
+#[cfg(target_os = "linux")]
 impl Drop for CoarseSlack {
     fn drop(&mut self) {
-        #[cfg(target_os = "linux")]
-        if let Some(previous) = self.previous {
-            // SAFETY: as in `set`.
-            unsafe {
-                libc::prctl(libc::PR_SET_TIMERSLACK, previous as libc::c_ulong, 0, 0, 0);
-            }
-        }
+        // SAFETY: as in `set`.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, self.previous, 0, 0, 0) };
     }
 }
