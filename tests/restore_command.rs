@@ -16,10 +16,15 @@ const TOPIC: &str = "app-counts-changelog";
 const PARTITIONS: i32 = 3;
 const FIRST_TIMESTAMP: i64 = 1_700_000_000_000;
 
+/// `warmstore restore --config CONFIG`, to add to before it runs.
+fn restore_command(config: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_warmstore"));
+    command.args(["restore", "--config"]).arg(config);
+    command
+}
+
 fn restore(config: &Path, extra: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_warmstore"))
-        .args(["restore", "--config"])
-        .arg(config)
+    restore_command(config)
         .args(extra)
         .output()
         .expect("warmstore runs")
@@ -76,9 +81,7 @@ fn each_restored_partition_is_logged_with_where_its_time_went() {
         stores,
         wait_for_all,
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_warmstore"))
-        .args(["restore", "--config"])
-        .arg(&config)
+    let out = restore_command(&config)
         .env("WARMSTORE_LOG_FORMAT", "json")
         .env_remove("RUST_LOG")
         .output()
@@ -178,9 +181,7 @@ fn sigkill_at_random_moments_resumes_and_ends_equal_to_the_model() {
     // where the last was killed, and with steps of 50 ms a fast machine finished the whole
     // restore before the third kill.
     for round in 0..15 {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_warmstore"))
-            .args(["restore", "--config"])
-            .arg(&config)
+        let mut child = restore_command(&config)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
