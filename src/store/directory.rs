@@ -9,8 +9,8 @@ use std::path::Path;
 use super::dirty::WipeReason;
 use super::lock::StoreLock;
 use super::{
-    create_private_dir, io_at, meta, options, rocks, timer, StoreError, StoreOptions, StorePaths,
-    TopicPartition,
+    create_private_dir, io_at, meta, options, rocks, seed, timer, StoreError, StoreOptions,
+    StorePaths, TopicPartition,
 };
 
 /// A new store, under the marker: RocksDB writes a database in steps, and a kill between them
@@ -32,6 +32,7 @@ fn create_fresh(
 ) -> Result<DB, StoreError> {
     create_private_dir(&paths.db).map_err(io_at(&paths.db))?;
     meta::write(&paths.db, &meta::StoreMeta::new(tp)).map_err(io_at(&paths.db))?;
+    seed::plant(paths, options)?;
     let (db_options, families) = options.db_options(paths.kind, true);
     timer::open_db(&db_options, &paths.db, families).map_err(rocks(&paths.db))
 }

@@ -15,6 +15,7 @@ pub mod maintenance;
 pub mod meta;
 pub mod options;
 mod probe;
+mod seed;
 mod timer;
 
 use rocksdb::{FlushOptions, WriteBatch, WriteOptions, DB};

@@ -124,6 +124,59 @@ fn round_trip_keeps_offsets_and_data() {
     assert_eq!(store.get(b"plum").unwrap(), Some(b"3".to_vec()));
 }
 
+/// New stores are copies of one empty database made once per process. Each must still have an
+/// identity of its own (tools tell databases apart by it), and the same one in its `IDENTITY`
+/// file as in what RocksDB reports.
+#[test]
+fn each_new_store_has_an_identity_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let partition = |p| StorePaths::new(dir.path(), "counts", p);
+    let in_file = |p| fs::read_to_string(partition(p).db.join("IDENTITY")).unwrap();
+    let reported = |p| {
+        let db = open_read_only(&partition(p).db).unwrap();
+        String::from_utf8(db.get_db_identity().unwrap()).unwrap()
+    };
+    for p in 0..3 {
+        let tp = TopicPartition::new("wordcount-counts-changelog", p);
+        let options = StoreOptions::default();
+        let (store, outcome) =
+            Store::open(partition(p), tp, &options, UncleanPolicy::Resume, None).unwrap();
+        assert_eq!(outcome, OpenOutcome::Empty);
+        store.close(None).unwrap();
+    }
+    let identities: Vec<String> = (0..3).map(in_file).collect();
+    for (p, identity) in identities.iter().enumerate() {
+        assert_eq!(identity.trim().len(), 36, "{identity:?}");
+        assert_eq!(reported(p as i32), identity.trim());
+    }
+    let mut distinct = identities.clone();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 3, "{identities:?}");
+    assert_eq!((0..3).map(in_file).collect::<Vec<_>>(), identities);
+}
+
+/// A new store's `IDENTITY` file is written without a sync (its MANIFEST, synced, holds the same
+/// identity), so a power loss can leave it empty. The store must still resume as it was, with
+/// its identity back.
+#[test]
+fn a_store_whose_identity_file_lost_its_contents_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    closed_store(dir.path());
+    let file = paths(dir.path()).db.join("IDENTITY");
+    let identity = fs::read_to_string(&file).unwrap();
+    fs::write(&file, "").unwrap();
+    let (store, outcome) = open(dir.path());
+    assert_eq!(
+        outcome,
+        OpenOutcome::Resumed {
+            applied: 42,
+            unclean: false
+        }
+    );
+    assert_eq!(store.get(b"plum").unwrap(), Some(b"3".to_vec()));
+    assert_eq!(fs::read_to_string(&file).unwrap(), identity);
+}
+
 #[test]
 fn offsets_entries_are_byte_exact_kafka_streams() {
     let dir = tempfile::tempdir().unwrap();
