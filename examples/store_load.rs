@@ -206,11 +206,14 @@ fn idle(dir: &Path, stores: u64, window: Duration) {
     let (before, ..) = proc_self();
     std::thread::sleep(window);
     let (after, ..) = proc_self();
-    println!(
-        "{stores} open stores, idle, nothing else in the process: {:.1}% of one core over {} s",
-        (after - before) / window.as_secs_f64() * 100.0,
-        window.as_secs()
-    );
+    // `--idle-seconds 0` opens and closes the stores only, to time or profile that.
+    if !window.is_zero() {
+        println!(
+            "{stores} open stores, idle, nothing else in the process: {:.1}% of one core over {} s",
+            (after - before) / window.as_secs_f64() * 100.0,
+            window.as_secs()
+        );
+    }
     for store in opened {
         let applied = store.applied();
         store.close(applied).unwrap();
@@ -344,10 +347,14 @@ fn main() {
     if arg(&args, "--idle").is_some() {
         let stores = number(&args, "--idle", 0);
         let seconds = number(&args, "--idle-seconds", 30);
+        let dir = arg(&args, "--dir").unwrap_or(".");
         let root = tempfile::Builder::new()
             .prefix("store-idle-")
-            .tempdir_in(arg(&args, "--dir").unwrap_or("."))
-            .unwrap();
+            .tempdir_in(dir)
+            .unwrap_or_else(|e| {
+                eprintln!("store_load: cannot make a directory in --dir {dir}: {e}");
+                std::process::exit(2)
+            });
         idle(root.path(), stores, Duration::from_secs(seconds));
         return;
     }
