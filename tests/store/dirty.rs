@@ -208,13 +208,7 @@ fn a_store_without_metadata_resumes_and_gets_it() {
     let meta = paths(dir.path()).db.join("warmstore.json");
     fs::remove_file(&meta).unwrap();
     let (store, outcome) = open(dir.path());
-    assert_eq!(
-        outcome,
-        OpenOutcome::Resumed {
-            applied: 42,
-            unclean: false
-        }
-    );
+    assert_eq!(outcome, CLOSED_STORE_REOPENED);
     let written = fs::read_to_string(&meta).expect("the metadata is written on open");
     assert!(written.contains("wordcount-counts-changelog"), "{written}");
     drop(store);
@@ -260,13 +254,7 @@ fn a_store_dropped_before_its_first_commit_is_still_clean() {
     let (store, _) = open(dir.path());
     drop(store);
     let (store, outcome) = open_with(dir.path(), tp(), UncleanPolicy::Wipe, None);
-    assert_eq!(
-        outcome,
-        OpenOutcome::Resumed {
-            applied: 42,
-            unclean: false
-        }
-    );
+    assert_eq!(outcome, CLOSED_STORE_REOPENED);
     assert_eq!(store.get(b"plum").unwrap(), Some(b"3".to_vec()));
 
     // The first commit marks it open, and whatever reaches the disk from then on says so.
@@ -339,13 +327,7 @@ fn offsets_outside_the_log_are_out_of_range() {
             high_watermark: 43,
         }),
     );
-    assert_eq!(
-        outcome,
-        OpenOutcome::Resumed {
-            applied: 42,
-            unclean: false
-        }
-    );
+    assert_eq!(outcome, CLOSED_STORE_REOPENED);
 }
 
 #[test]
