@@ -4,10 +4,10 @@
 //! so at start than to fail a partition at random later.
 
 /// Descriptors every open store holds besides its table files, counted on a running process:
-/// RocksDB's `LOCK`, `MANIFEST`, current write-ahead log (created even with the WAL off) and up to
-/// three handles on the store's directory (three when this process created it: a column family
-/// created after open gets a handle of its own). warmstore's own lock file is not held open while
-/// RocksDB's lock stands in for it.
+/// RocksDB's `LOCK`, `MANIFEST`, current write-ahead log (created even with the WAL off) and two
+/// or three handles on the store's directory (three when the open creates a column family, which
+/// gets a handle of its own; a new store has every family in place, being a copy of an empty one).
+/// warmstore's own lock file is not held open while RocksDB's lock stands in for it.
 pub const FILES_PER_OPEN_STORE: u64 = 6;
 
 /// Descriptors left for everything that is not a store: Kafka connections, the HTTP server,
