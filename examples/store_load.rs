@@ -201,13 +201,13 @@ fn idle(dir: &Path, stores: u64, window: Duration) {
             store
         })
         .collect();
-    // As `bench` does for `run`: what opening set off settles before the window.
-    std::thread::sleep(Duration::from_secs(2));
-    let (before, ..) = proc_self();
-    std::thread::sleep(window);
-    let (after, ..) = proc_self();
     // `--idle-seconds 0` opens and closes the stores only, to time or profile that.
     if !window.is_zero() {
+        // As `bench` does for `run`: what opening set off settles before the window.
+        std::thread::sleep(Duration::from_secs(2));
+        let (before, ..) = proc_self();
+        std::thread::sleep(window);
+        let (after, ..) = proc_self();
         println!(
             "{stores} open stores, idle, nothing else in the process: {:.1}% of one core over {} s",
             (after - before) / window.as_secs_f64() * 100.0,

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use warmstore::store::format::{decode_i64, OFFSETS_CF, STATUS_KEY};
+use warmstore::store::layout::CURRENT_FILE;
 use warmstore::store::meta::{self, StoreMeta};
 use warmstore::store::{dir_bytes, estimated_keys, open_read_only};
 
@@ -31,7 +32,7 @@ pub fn inspect(dir: &Path) -> Result<Report, InspectError> {
     if !dir.is_dir() {
         return Err(not_a_store("no such directory".into()));
     }
-    if !dir.join("CURRENT").is_file() {
+    if !dir.join(CURRENT_FILE).is_file() {
         return Err(not_a_store("it has no RocksDB CURRENT file".into()));
     }
     read_report(dir).map_err(not_a_store)

@@ -11,6 +11,9 @@ use std::path::{Path, PathBuf};
 
 use super::format::OFFSETS_CF;
 
+/// RocksDB's file naming a database's current MANIFEST: a directory without it holds no database.
+pub const CURRENT_FILE: &str = "CURRENT";
+
 /// The column family Kafka Streams keeps a timestamped store's data in.
 pub const TIMESTAMPED_CF: &str = "keyValueWithTimestamp";
 

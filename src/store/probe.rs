@@ -8,6 +8,7 @@ use std::io;
 
 use super::dirty::{Identity, OpenError, StoreFacts, StoredOffset};
 use super::format::{decode_i64, OFFSETS_CF, STATUS_KEY};
+use super::layout::CURRENT_FILE;
 use super::{meta, options, timer, StoreOptions, StorePaths, StoreType, TopicPartition};
 
 /// Learns everything the dirty rules need, opening the database when it exists. Never panics and
@@ -51,7 +52,7 @@ pub(super) fn probe(
         }
         Ok(_) => {}
     }
-    if !paths.db.join("CURRENT").exists() {
+    if !paths.db.join(CURRENT_FILE).exists() {
         let other_files = fs::read_dir(&paths.db)
             .map(|entries| {
                 entries

@@ -23,11 +23,9 @@ use std::io::{self, Read};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use super::layout::{StorePaths, StoreType};
+use super::layout::{StorePaths, StoreType, CURRENT_FILE};
 use super::{create_private_dir, io_at, rocks, timer, StoreError, StoreOptions};
 
-/// RocksDB's file naming the current MANIFEST.
-const CURRENT: &str = "CURRENT";
 /// RocksDB's file holding the database's identity.
 const IDENTITY: &str = "IDENTITY";
 
@@ -82,12 +80,12 @@ fn make(dir: &Path, kind: StoreType, options: &StoreOptions) -> Result<Seed, Sto
         let path = dir.join(name);
         fs::read(&path).map_err(io_at(&path))
     };
-    let current = read(CURRENT)?;
+    let current = read(CURRENT_FILE)?;
     let manifest = String::from_utf8_lossy(&current).trim_end().to_string();
     Ok(Seed {
         files: vec![
             (manifest.clone(), read(&manifest)?),
-            (CURRENT.to_string(), current),
+            (CURRENT_FILE.to_string(), current),
         ],
     })
 }
