@@ -116,8 +116,9 @@ fn the_demo_restores_and_reports() {
     assert!(dir.path().join("demo/3/CURRENT").exists());
 }
 
-#[test]
-fn a_taken_port_is_named_once_with_its_reason() {
+/// `warmstore run` on a port another socket holds: it exits 1 right after starting. Returns the
+/// port and what it wrote to stderr (a pipe).
+fn run_on_a_taken_port() -> (std::net::SocketAddr, Output) {
     let dir = tempfile::tempdir().unwrap();
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap();
@@ -131,7 +132,15 @@ fn a_taken_port_is_named_once_with_its_reason() {
         ),
     )
     .unwrap();
-    let out = warmstore(&["run", "--config", config.to_str().unwrap()]);
+    (
+        addr,
+        warmstore(&["run", "--config", config.to_str().unwrap()]),
+    )
+}
+
+#[test]
+fn a_taken_port_is_named_once_with_its_reason() {
+    let (addr, out) = run_on_a_taken_port();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     let line = err
@@ -143,4 +152,14 @@ fn a_taken_port_is_named_once_with_its_reason() {
         line.contains("in use") && line.matches("os error").count() == 1,
         "the reason once: {line}"
     );
+}
+
+/// Log collectors (`kubectl logs`, a file) read stderr as text: colour codes belong on a terminal
+/// only.
+#[test]
+fn logs_written_to_a_pipe_carry_no_colour_codes() {
+    let (_, out) = run_on_a_taken_port();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("warmstore starting"), "{err}");
+    assert!(!err.contains('\u{1b}'), "escape codes in {err:?}");
 }

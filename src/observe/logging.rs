@@ -2,6 +2,7 @@
 //! `WARMSTORE_LOG_FORMAT=json` for Kubernetes log pipelines. librdkafka's own log lines arrive
 //! through the `log` bridge.
 
+use std::io::IsTerminal;
 use tracing_subscriber::EnvFilter;
 
 pub const FORMAT_ENV: &str = "WARMSTORE_LOG_FORMAT";
@@ -11,8 +12,11 @@ pub fn init(default_filter: &str) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let json = std::env::var(FORMAT_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("json"));
+    // Colours only on a terminal: `kubectl logs`, a file or `grep` would show the escape codes.
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     let result = if json {
         builder.json().flatten_event(true).try_init()
