@@ -41,6 +41,19 @@ pub struct Workload {
 }
 
 impl Workload {
+    /// The workload the crash writer commits and the crash tests replay: small operations over a
+    /// small key space, so that keys are overwritten and deleted many times between kills. One
+    /// definition, since the tests rebuild the writer's commits from its seed alone.
+    pub fn crash(seed: u64) -> Workload {
+        Workload {
+            seed,
+            ops_per_commit: 50,
+            key_space: 2000,
+            value_size: 100,
+            delete_percent: 10,
+        }
+    }
+
     /// The operations committed at `offset`. Values name their offset, so stale data is visible.
     pub fn ops(&self, offset: i64) -> Vec<Op> {
         let mut rng = Rng::new(self.seed ^ (offset as u64).wrapping_mul(0xA24B_AED4_963E_E407));

@@ -33,14 +33,8 @@ pub enum UnitError {
 /// users copy values from both RocksDB (binary) and Kafka (decimal) docs.
 pub fn parse_size(text: &str) -> Result<u64, UnitError> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let number: u64 = digits
-        .parse()
-        .map_err(|_| UnitError::NotASize(text.to_string()))?;
-    let multiplier: u64 = match unit.trim() {
+    let (number, unit) = number_and_unit(text).ok_or_else(|| UnitError::NotASize(text.into()))?;
+    let multiplier: u64 = match unit {
         "" | "B" => 1,
         "KB" | "kB" => 1_000,
         "KiB" => 1 << 10,
@@ -63,14 +57,9 @@ pub fn parse_size(text: &str) -> Result<u64, UnitError> {
 /// Parses `10s`-style durations; a unit is required so `10` is never mistaken for ms or s.
 pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let number: u64 = digits
-        .parse()
-        .map_err(|_| UnitError::NotADuration(text.to_string()))?;
-    let duration = match unit.trim() {
+    let (number, unit) =
+        number_and_unit(text).ok_or_else(|| UnitError::NotADuration(text.into()))?;
+    let duration = match unit {
         "ms" => Duration::from_millis(number),
         "s" => Duration::from_secs(number),
         "m" | "min" => Duration::from_secs(number.saturating_mul(60)),
@@ -84,6 +73,16 @@ pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
         }
     };
     Ok(duration)
+}
+
+/// The leading digits of `text` as a number, and the unit after them without its spaces; `None`
+/// when there are no digits or they overflow.
+fn number_and_unit(text: &str) -> Option<(u64, &str)> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    Some((digits.parse().ok()?, unit.trim()))
 }
 
 /// YAML gives either a number or a string; both are accepted for sizes.

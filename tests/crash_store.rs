@@ -15,17 +15,6 @@ use warmstore::store::layout::TIMESTAMPED_CF;
 use warmstore::store::{open_read_only, OpenOutcome, Store, StoreOptions, StorePaths};
 use warmstore::testkit::{apply, Rng, Workload};
 
-fn workload(seed: u64) -> Workload {
-    // Must match the writer's workload.
-    Workload {
-        seed,
-        ops_per_commit: 50,
-        key_space: 2000,
-        value_size: 100,
-        delete_percent: 10,
-    }
-}
-
 #[derive(Debug, Default)]
 struct Figures {
     kills: usize,
@@ -121,7 +110,7 @@ fn kill_loop(mode: &str, wal: bool, kills: usize, seed: u64) -> Figures {
         StorePaths::new(state.path(), "crash", 0).db
     };
     let mut model = Model {
-        work: workload(seed),
+        work: Workload::crash(seed),
         at: None,
         state: BTreeMap::new(),
     };

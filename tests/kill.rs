@@ -5,8 +5,7 @@ mod common;
 
 use common::background::{producer, Running};
 use common::{fold, free_port, http_get, read_store, wait_until, write_config, Broker};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,35 +13,6 @@ use warmstore::testkit::Rng;
 
 const TOPIC: &str = "killed";
 const PARTITIONS: i32 = 3;
-
-fn start(config: &Path, log: &Path) -> Running {
-    let child = Command::new(env!("CARGO_BIN_EXE_warmstore"))
-        .args(["run", "--config", config.to_str().unwrap()])
-        .env("RUST_LOG", "warmstore=info")
-        .stdout(Stdio::null())
-        .stderr(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(log)
-                .unwrap(),
-        )
-        .spawn()
-        .expect("warmstore starts");
-    Running(child)
-}
-
-fn sigterm_and_wait(mut child: Running) -> Option<i32> {
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    for _ in 0..100 {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status.code();
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let _ = child.kill();
-    panic!("warmstore did not exit within 10 s of SIGTERM");
-}
 
 #[test]
 fn sigkill_during_restore_and_tailing_loses_nothing() {
@@ -80,7 +50,7 @@ fn sigkill_during_restore_and_tailing_loses_nothing() {
         .unwrap_or(10);
     let mut rng = Rng::new(7);
     for _ in 0..kills {
-        let mut child = start(&config, &log_file);
+        let mut child = Running::warmstore_run(&config, &log_file);
         std::thread::sleep(Duration::from_millis(300 + rng.below(1500)));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
@@ -88,7 +58,7 @@ fn sigkill_during_restore_and_tailing_loses_nothing() {
     stop.store(true, Relaxed);
     let log = writer.join().unwrap();
 
-    let child = start(&config, &log_file);
+    let child = Running::warmstore_run(&config, &log_file);
     let until = std::time::Instant::now() + Duration::from_secs(120);
     while http_get(&addr, "/readyz").0 != 200 {
         if std::time::Instant::now() > until {
@@ -102,7 +72,11 @@ fn sigkill_during_restore_and_tailing_loses_nothing() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(sigterm_and_wait(child), Some(0), "SIGTERM exits 0");
+    assert_eq!(
+        child.stop(Duration::from_secs(10)),
+        Some(0),
+        "SIGTERM exits 0"
+    );
     let text = std::fs::read_to_string(&log_file).unwrap();
     let resumed = text
         .matches("store was not closed cleanly; resuming")
@@ -169,7 +143,7 @@ impl Warm {
 
     /// Starts the process (again) and waits until it is warm.
     fn restart(&self) -> Running {
-        let child = start(&self.config, &self.log_file);
+        let child = Running::warmstore_run(&self.config, &self.log_file);
         wait_until("/readyz 200", Duration::from_secs(120), || {
             http_get(&self.addr, "/readyz").0 == 200
         });
@@ -188,7 +162,7 @@ fn sigkill_with_the_wipe_policy_rebuilds_and_says_why() {
     child.wait().unwrap();
 
     let child = warm.restart();
-    assert_eq!(sigterm_and_wait(child), Some(0));
+    assert_eq!(child.stop(Duration::from_secs(10)), Some(0));
     let text = warm.log();
     assert!(
         text.contains("wiping store") && text.contains("unclean_shutdown"),
@@ -210,7 +184,7 @@ fn sigkill_with_the_wipe_policy_rebuilds_and_says_why() {
 fn a_standby_killed_the_moment_it_is_ready_keeps_every_restore() {
     const PARTITIONS: i32 = 64;
     let warm = Warm::new("ready", PARTITIONS, 50, "");
-    let mut child = start(&warm.config, &warm.log_file);
+    let mut child = Running::warmstore_run(&warm.config, &warm.log_file);
     // Polled without a pause: the 64 first flushes queue on one flush thread, and the kill must
     // land while the last of them may still be waiting.
     let until = std::time::Instant::now() + Duration::from_secs(120);
@@ -254,7 +228,7 @@ fn a_stop_that_cannot_flush_says_so_and_a_second_sigterm_exits() {
         child.try_wait().unwrap().is_none(),
         "the stop is still waiting for the stores (one a second): the case under test"
     );
-    let code = sigterm_and_wait(child);
+    let code = child.stop(Duration::from_secs(10));
     assert_eq!(code, Some(1), "a forced stop exits 1:\n{}", warm.log());
     assert!(warm.log().contains("exiting before every store was closed"));
 }

@@ -22,16 +22,6 @@ use warmstore::units::ByteSize;
 /// Small memtables so background flushes happen many times between kills.
 const WRITE_BUFFER: u64 = 64 << 10;
 
-pub fn workload(seed: u64) -> Workload {
-    Workload {
-        seed,
-        ops_per_commit: 50,
-        key_space: 2000,
-        value_size: 100,
-        delete_percent: 10,
-    }
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() != 5 {
@@ -88,7 +78,7 @@ fn protocol(paths: StorePaths, tp: TopicPartition, seed: u64, wal: bool) -> Resu
     };
     let (mut store, _) =
         Store::open(paths, tp, &options, UncleanPolicy::Resume, None).map_err(|e| e.to_string())?;
-    let work = workload(seed);
+    let work = Workload::crash(seed);
     let mut next = store.applied().map_or(0, |a| a + 1);
     announce(next);
     loop {
@@ -152,7 +142,7 @@ fn broken(
     let stored = db.get_cf(offsets, &key).map_err(|e| e.to_string())?;
     let mut write_options = WriteOptions::default();
     write_options.disable_wal(!wal);
-    let work = workload(seed);
+    let work = Workload::crash(seed);
     let mut next = stored.and_then(|v| decode_i64(&v)).map_or(0, |a| a + 1);
     announce(next);
     loop {

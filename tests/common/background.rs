@@ -32,6 +32,40 @@ impl std::ops::DerefMut for Running {
     }
 }
 
+impl Running {
+    /// `warmstore run` with `config`, its log (at info) appended to `log`.
+    pub fn warmstore_run(config: &Path, log: &Path) -> Running {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_warmstore"))
+            .args(["run", "--config"])
+            .arg(config)
+            .env("RUST_LOG", "warmstore=info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("warmstore starts");
+        Running(child)
+    }
+
+    /// SIGTERM, then the exit code once the process has exited; panics if it takes longer than
+    /// `within`.
+    pub fn stop(mut self, within: Duration) -> Option<i32> {
+        unsafe { libc::kill(self.id() as i32, libc::SIGTERM) };
+        let started = std::time::Instant::now();
+        while started.elapsed() < within {
+            if let Some(status) = self.try_wait().unwrap() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the process did not exit within {within:?} of SIGTERM");
+    }
+}
+
 impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.0.kill();
