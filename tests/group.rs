@@ -6,12 +6,11 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::background::{producer, Running};
 use common::kafka::kafka;
-use common::{fold, free_port, http_get, read_store, wait_until, Broker, Record};
+use common::{fold, http_get, read_store, wait_until, Broker, Record};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use warmstore::store::StorePaths;
@@ -108,7 +107,6 @@ impl Member {
     ) -> Member {
         let dir = root.join(instance);
         std::fs::create_dir_all(&dir).unwrap();
-        let addr = format!("127.0.0.1:{}", free_port());
         let [orders, totals] = &changelogs.topics;
         let text = format!(
             "kafka:
@@ -116,7 +114,7 @@ impl Member {
   session.timeout.ms: {SESSION_TIMEOUT_MS}
 state_dir: {state}
 http:
-  listen: {addr}
+  listen: 127.0.0.1:0
 restore:
   commit_interval: 200ms
   ready_max_lag: {ready_max_lag}
@@ -144,38 +142,20 @@ stores:
         Member {
             instance: instance.to_string(),
             dir,
-            addr,
+            addr: String::new(),
             config,
             log,
             child: None,
         }
     }
 
-    /// Starts the process on a port picked now: one picked when the member was made may have gone
-    /// to a client's connection by the time a late joiner starts.
+    /// Starts the process on a port the system picks as it binds, and learns the port from the
+    /// log: a port picked before the start could go to a client's connection meanwhile.
     fn start(&mut self) {
-        let addr = format!("127.0.0.1:{}", free_port());
-        let text = std::fs::read_to_string(&self.config).unwrap().replace(
-            &format!("listen: {}\n", self.addr),
-            &format!("listen: {addr}\n"),
-        );
-        assert!(text.contains(&addr), "{text}");
-        std::fs::write(&self.config, text).unwrap();
-        self.addr = addr;
-        let child = Command::new(env!("CARGO_BIN_EXE_warmstore"))
-            .args(["run", "--config", self.config.to_str().unwrap()])
-            .env("RUST_LOG", "warmstore=info")
-            .stdout(Stdio::null())
-            .stderr(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&self.log)
-                    .unwrap(),
-            )
-            .spawn()
-            .expect("warmstore starts");
-        self.child = Some(Running(child));
+        let from = std::fs::metadata(&self.log).map_or(0, |m| m.len());
+        let mut child = Running::warmstore_run(&self.config, &self.log);
+        self.addr = served_address(&mut child, &self.log, from);
+        self.child = Some(child);
     }
 
     fn running(&self) -> bool {
@@ -191,15 +171,8 @@ stores:
 
     /// SIGTERM, and the exit code once it has exited.
     fn stop(&mut self) -> Option<i32> {
-        let mut child = self.child.take().expect("a running member");
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        for _ in 0..300 {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status.code();
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("{} did not exit within 30 s of SIGTERM", self.instance);
+        let child = self.child.take().expect("a running member");
+        child.stop(Duration::from_secs(30))
     }
 
     fn ready(&self) -> bool {
@@ -276,6 +249,49 @@ stores:
     fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// What a test that timed out needs to see of this member: readiness, assignment, log tail.
+    fn report(&self) -> String {
+        let (ready, why) = http_get(&self.addr, "/readyz");
+        let (_, stores) = http_get(&self.addr, "/stores");
+        let log = self.log_text();
+        let tail: Vec<&str> = log.lines().rev().take(30).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        format!(
+            "--- {} on {}: /readyz {ready} {why}\n/stores {stores}\nlog:\n{}\n",
+            self.instance,
+            self.addr,
+            tail.join("\n")
+        )
+    }
+}
+
+/// The address `warmstore run` serves on, from its log line `serving ... http_addr=ADDR`
+/// written after byte `from`; panics with the log if the process exits first.
+fn served_address(child: &mut Running, log: &Path, from: u64) -> String {
+    wait_until_or("warmstore to serve", Duration::from_secs(60), || {
+        if let Some(status) = child.try_wait().unwrap() {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            panic!("warmstore exited ({status}) before serving:\n{text}");
+        }
+        let text = std::fs::read(log).unwrap_or_default();
+        let new = String::from_utf8_lossy(text.get(from as usize..).unwrap_or_default());
+        new.lines()
+            .find(|l| l.contains("serving /metrics"))
+            .and_then(|l| l.split("http_addr=").nth(1))
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(str::to_string)
+    })
+}
+
+/// Polls `get` until it gives a value, for at most `timeout`.
+fn wait_until_or<T>(what: &str, timeout: Duration, mut get: impl FnMut() -> Option<T>) -> T {
+    let mut found = None;
+    wait_until(what, timeout, || {
+        found = get();
+        found.is_some()
+    });
+    found.unwrap()
 }
 
 /// Every running member is ready, and their assignments split `all` between them exactly once.
@@ -293,12 +309,21 @@ fn settled(members: &[Member], all: &Owned) -> Option<BTreeMap<String, Owned>> {
 }
 
 fn wait_settled(members: &[Member], all: &Owned) -> BTreeMap<String, Owned> {
-    let mut owners = None;
-    wait_until("the group to settle", SETTLE, || {
-        owners = settled(members, all);
-        owners.is_some()
-    });
-    owners.unwrap()
+    let until = std::time::Instant::now() + SETTLE;
+    loop {
+        if let Some(owners) = settled(members, all) {
+            return owners;
+        }
+        if std::time::Instant::now() >= until {
+            let report: String = members
+                .iter()
+                .filter(|m| m.running())
+                .map(Member::report)
+                .collect();
+            panic!("the group did not settle within {SETTLE:?}\n{report}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Partition p of one changelog is owned where partition p of the other is.
