@@ -27,10 +27,13 @@ const RECORD_OVERHEAD: u64 = 24;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {
+    /// Records in the generated changelog, overwrites and tombstones included.
     #[arg(long, default_value_t = 500_000)]
     pub records: u64,
+    /// Partitions of the changelog, each restored into a store of its own.
     #[arg(long, default_value_t = 32)]
     pub partitions: i32,
+    /// Bytes in each record's value.
     #[arg(long, default_value_t = 100)]
     pub value_size: usize,
     /// Where the stores go (default: a new directory under the system temp dir).
@@ -39,6 +42,7 @@ pub struct DemoArgs {
     /// Keep tailing and serving HTTP until Ctrl-C.
     #[arg(long)]
     pub keep_running: bool,
+    /// Where /metrics, /readyz, /livez and /stores answer.
     #[arg(long, default_value = "127.0.0.1:9464")]
     pub listen: SocketAddr,
 }

@@ -29,14 +29,16 @@ struct Cli {
 enum Command {
     /// Run the service: restore every configured store and keep it warm.
     Run {
-        #[arg(long)]
+        /// The YAML config file (`warmstore config-schema` prints its schema).
+        #[arg(long, value_name = "FILE")]
         config: PathBuf,
     },
     /// Restore every store until warm, close every store cleanly and exit 0: an init container
     /// that warms an application's volume before it starts. Exits 1 when a store partition fails
     /// or on --timeout.
     Restore {
-        #[arg(long)]
+        /// The YAML config file (`warmstore config-schema` prints its schema).
+        #[arg(long, value_name = "FILE")]
         config: PathBuf,
         /// Give up after this long, as in 30s, 10m or 2h.
         #[arg(long, value_parser = parse_timeout)]
@@ -46,7 +48,8 @@ enum Command {
     /// directory in the same layout; safe beside a running `warmstore run`. Prints what it copied
     /// as JSON.
     Export {
-        #[arg(long)]
+        /// The YAML config file (`warmstore config-schema` prints its schema).
+        #[arg(long, value_name = "FILE")]
         config: PathBuf,
         /// The state directory to copy into (an application's state.dir).
         #[arg(long)]
@@ -65,7 +68,8 @@ enum Command {
     },
     /// Validate a config file: exit 0, or 2 with a message naming the problem.
     CheckConfig {
-        #[arg(long)]
+        /// The YAML config file (`warmstore config-schema` prints its schema).
+        #[arg(long, value_name = "FILE")]
         config: PathBuf,
     },
     /// Print the JSON schema of the config file (for editors; the Helm chart embeds it).
