@@ -55,6 +55,18 @@ fn value(metrics: &[(String, Labels, f64)], name: &str, want: &[(&str, &str)]) -
     found[0]
 }
 
+/// This process's user and system CPU seconds, as the kernel counts them for `getrusage`.
+fn own_cpu_seconds() -> f64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    assert_eq!(
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) },
+        0
+    );
+    let usage = unsafe { usage.assume_init() };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
 fn scrape(addr: &str) -> String {
     let (status, body) = http_get(addr, "/metrics");
     assert_eq!(status, 200);
@@ -105,11 +117,20 @@ fn metrics_after_a_restore_have_the_right_values() {
         let s = &service;
         tokio::task::block_in_place(|| wait_caught_up(s, 3));
         let addr = service.http_addr.to_string();
+        let cpu_before = own_cpu_seconds();
         let text = tokio::task::block_in_place(|| scrape(&addr));
+        let cpu_after = own_cpu_seconds();
         service.stop().await;
-        text
+        (text, cpu_before, cpu_after)
     });
+    let (text, cpu_before, cpu_after) = text;
     let m = parse(&text);
+    // The process's CPU as the kernel counts it at the scrape, not in whole seconds.
+    let cpu = value(&m, "process_cpu_seconds_total", &[]);
+    assert!(
+        cpu > 0.0 && cpu >= cpu_before && cpu <= cpu_after,
+        "process_cpu_seconds_total {cpu}; the process had used {cpu_before} s before the scrape and {cpu_after} s after"
+    );
     for p in 0..3 {
         let part = p.to_string();
         let l = [

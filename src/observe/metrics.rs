@@ -442,9 +442,7 @@ pub fn registry(board: Arc<Board>, ready_max_lag: u64) -> Registry {
     if let Err(e) = registry.register(Box::new(collector)) {
         tracing::error!(error = %e, "cannot register warmstore metrics");
     }
-    if let Err(e) = registry.register(Box::new(
-        prometheus::process_collector::ProcessCollector::for_self(),
-    )) {
+    if let Err(e) = registry.register(Box::new(super::process::ProcessMetrics::for_self())) {
         tracing::warn!(error = %e, "cannot register process metrics");
     }
     registry

@@ -6,5 +6,6 @@ pub mod group;
 pub mod http;
 pub mod logging;
 pub mod metrics;
+pub mod process;
 pub mod readiness;
 pub mod status;
