@@ -163,3 +163,41 @@ fn logs_written_to_a_pipe_carry_no_colour_codes() {
     assert!(err.contains("warmstore starting"), "{err}");
     assert!(!err.contains('\u{1b}'), "escape codes in {err:?}");
 }
+
+/// An unreachable broker is retried ten times a second by librdkafka, and each retry reports its
+/// errors again. The log names each kind once (and again a minute later), instead of some forty
+/// lines a second for as long as the outage lasts; `/readyz` and `/stores` show it meanwhile.
+#[test]
+fn an_unreachable_broker_is_logged_once_not_on_every_retry() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "kafka:\n  bootstrap.servers: 127.0.0.1:9\nstate_dir: {}\nhttp:\n  listen: 127.0.0.1:0\nstores:\n  - name: counts\n    changelog: t\n",
+            dir.path().join("state").display()
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("stderr");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_warmstore"))
+        .args(["run", "--config", config.to_str().unwrap()])
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(0), "{text}");
+    let errors = text
+        .lines()
+        .filter(|l| l.contains("kafka client error") || l.contains("consumer error"))
+        .count();
+    // Two clients (tailing and catching up), each told by two paths, of a few kinds of error
+    // (transport failure and all brokers down here: 8 lines). Logged on every retry, it was about
+    // 400 lines in these 4 s.
+    assert!((1..=16).contains(&errors), "{errors} error lines:\n{text}");
+}

@@ -113,6 +113,7 @@ fn create_consumer(
         watermarks,
         read_committed,
         role,
+        warnings: Default::default(),
     })?;
     Ok(Arc::new(consumer))
 }

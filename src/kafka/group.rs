@@ -16,10 +16,11 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, TopicPartitionList};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::consumers::client_config;
 use crate::config::GroupConfig;
+use crate::observe::logging::RepeatedWarnings;
 
 /// Co-partitioned changelogs (the same partition count) must land on one process, partition by
 /// partition, as a Kafka Streams task owns partition p of every store in its sub-topology. The
@@ -44,13 +45,17 @@ pub trait Rebalance: Send + Sync + 'static {
 
 pub struct MemberContext {
     engine: Arc<dyn Rebalance>,
+    /// librdkafka repeats an error on every reconnect; the log gets each kind once a while.
+    warnings: RepeatedWarnings,
 }
 
 pub type GroupMember = BaseConsumer<MemberContext>;
 
 impl ClientContext for MemberContext {
     fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!(%error, reason, "consumer group member: kafka client error; librdkafka retries on its own");
+        if let Some(repeats_not_logged) = self.warnings.due(&error.to_string(), Instant::now()) {
+            tracing::warn!(%error, reason, repeats_not_logged, "consumer group member: kafka client error; librdkafka retries on its own");
+        }
     }
 }
 
@@ -134,8 +139,10 @@ pub fn join(
     changelogs: &[&str],
     engine: Arc<dyn Rebalance>,
 ) -> Result<GroupMember, KafkaError> {
-    let member: GroupMember =
-        member_config(kafka, group).create_with_context(MemberContext { engine })?;
+    let member: GroupMember = member_config(kafka, group).create_with_context(MemberContext {
+        engine,
+        warnings: Default::default(),
+    })?;
     member.subscribe(changelogs)?;
     Ok(member)
 }

@@ -10,8 +10,10 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicI64};
 use std::sync::{Arc, RwLock, Weak};
+use std::time::Instant;
 
 use super::consumers::Role;
+use crate::observe::logging::RepeatedWarnings;
 use crate::observe::status::Board;
 
 /// The log's offsets for one store partition, as the statistics of the consumer fetching it last
@@ -149,6 +151,8 @@ pub struct EngineContext {
     /// Under read_committed the end offset a partition catches up to is the last stable offset.
     pub(super) read_committed: bool,
     pub(super) role: Role,
+    /// librdkafka repeats an error on every reconnect; the log gets each kind once a while.
+    pub(super) warnings: RepeatedWarnings,
 }
 
 impl ClientContext for EngineContext {
@@ -166,7 +170,9 @@ impl ClientContext for EngineContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!(%error, reason, "kafka client error; librdkafka retries on its own");
+        if let Some(repeats_not_logged) = self.warnings.due(&error.to_string(), Instant::now()) {
+            tracing::warn!(%error, reason, repeats_not_logged, "kafka client error; librdkafka retries on its own");
+        }
         // "All brokers down" follows the error that says why (a refused handshake or login);
         // keep that one.
         if error.rdkafka_error_code() != Some(RDKafkaErrorCode::AllBrokersDown) {
@@ -292,6 +298,7 @@ mod tests {
             watermarks,
             read_committed,
             role: Role::Tailing,
+            warnings: Default::default(),
         }
     }
 

@@ -2,7 +2,10 @@
 //! `WARMSTORE_LOG_FORMAT=json` for Kubernetes log pipelines. librdkafka's own log lines arrive
 //! through the `log` bridge.
 
+use std::collections::HashMap;
 use std::io::IsTerminal;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 use tracing_subscriber::EnvFilter;
 
 pub const FORMAT_ENV: &str = "WARMSTORE_LOG_FORMAT";
@@ -25,5 +28,96 @@ pub fn init(default_filter: &str) {
     };
     if let Err(e) = result {
         eprintln!("warning: logging was already set up: {e}");
+    }
+}
+
+/// How long the same warning stays quiet after it was logged.
+pub const REPEAT_QUIET: Duration = Duration::from_secs(60);
+
+/// Keeps warnings that recur on every retry from flooding the log. librdkafka reports an
+/// unreachable broker on every reconnect, ten times a second per client, alternating between
+/// its errors, and each reaches warmstore twice (the error callback and the consumer's queue);
+/// the state itself shows in `/readyz`, `/stores` and the metrics. Each kind of warning is logged
+/// the first time, then again once `REPEAT_QUIET` has passed, saying how many were left out.
+#[derive(Default)]
+pub struct RepeatedWarnings(Mutex<HashMap<String, Repeat>>);
+
+/// Kinds of warning remembered at most; past it they are forgotten and logged afresh. The kinds
+/// are error codes, a few dozen at most.
+const KINDS_REMEMBERED: usize = 64;
+
+struct Repeat {
+    logged_at: Instant,
+    left_out: u64,
+}
+
+impl RepeatedWarnings {
+    /// `Some(n)` when a warning of this `kind` is to be logged now, `n` being how many of its
+    /// repeats were left out since it last was.
+    pub fn due(&self, kind: &str, now: Instant) -> Option<u64> {
+        let mut kinds = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(repeat) = kinds.get_mut(kind) {
+            if now.duration_since(repeat.logged_at) < REPEAT_QUIET {
+                repeat.left_out += 1;
+                return None;
+            }
+            repeat.logged_at = now;
+            return Some(std::mem::take(&mut repeat.left_out));
+        }
+        if kinds.len() >= KINDS_REMEMBERED {
+            kinds.clear();
+        }
+        let repeat = Repeat {
+            logged_at: now,
+            left_out: 0,
+        };
+        kinds.insert(kind.to_string(), repeat);
+        Some(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_warning_is_logged_once_then_quiet_then_again_with_the_count_left_out() {
+        let warning = RepeatedWarnings::default();
+        let t0 = Instant::now();
+        assert_eq!(warning.due("broker down", t0), Some(0));
+        assert_eq!(
+            warning.due("broker down", t0 + Duration::from_secs(1)),
+            None
+        );
+        assert_eq!(
+            warning.due("broker down", t0 + Duration::from_secs(59)),
+            None
+        );
+        assert_eq!(warning.due("broker down", t0 + REPEAT_QUIET), Some(2));
+        assert_eq!(warning.due("broker down", t0 + REPEAT_QUIET), None);
+    }
+
+    #[test]
+    fn each_kind_of_warning_is_quieted_on_its_own() {
+        let warnings = RepeatedWarnings::default();
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(1);
+        assert_eq!(warnings.due("broker down", t0), Some(0));
+        assert_eq!(warnings.due("transport failure", t0), Some(0));
+        assert_eq!(warnings.due("broker down", later), None);
+        assert_eq!(warnings.due("transport failure", later), None);
+        assert_eq!(warnings.due("login refused", later), Some(0));
+    }
+
+    #[test]
+    fn past_the_kinds_remembered_every_kind_is_logged_afresh() {
+        let warnings = RepeatedWarnings::default();
+        let t0 = Instant::now();
+        for kind in 0..KINDS_REMEMBERED {
+            assert_eq!(warnings.due(&kind.to_string(), t0), Some(0));
+        }
+        assert_eq!(warnings.due("0", t0), None);
+        assert_eq!(warnings.due("one more", t0), Some(0));
+        assert_eq!(warnings.due("0", t0), Some(0));
     }
 }

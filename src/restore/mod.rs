@@ -10,13 +10,14 @@ mod worker;
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use crate::config::{Assignment, Config, StoreConfig};
 use crate::kafka::batch::BatchQueue;
 use crate::kafka::consumers::{self, ChangelogConsumer};
 use crate::kafka::statistics::WatermarkCells;
+use crate::observe::logging::RepeatedWarnings;
 use crate::observe::status::{Board, PartitionState, PartitionStatus};
 use crate::store::{BackgroundThreads, StoreOptions, StorePaths, TopicPartition};
 use tasks::{blocking, Stop, StopHandle, Tasks};
@@ -88,10 +89,16 @@ impl Engine {
         for (name, consumer) in [("kafka-poll", &tailing), ("kafka-catch-up", &catching_up)] {
             let (consumer, stop) = (consumer.clone(), stop.clone());
             tasks.spawn(name.to_string(), async move {
+                // The same errors reach the client's error callback; each kind is logged once a
+                // while.
+                let warnings = RepeatedWarnings::default();
                 while !stop.is_requested() {
                     while let Some(result) = consumer.poll(Duration::ZERO) {
-                        if let Err(e) = result {
-                            tracing::warn!(error = %e, "consumer error");
+                        if let Err(error) = result {
+                            let kind = error.to_string();
+                            if let Some(repeats_not_logged) = warnings.due(&kind, Instant::now()) {
+                                tracing::warn!(%error, repeats_not_logged, "consumer error");
+                            }
                         }
                     }
                     stop.sleep(MAIN_QUEUE_EVERY).await;
