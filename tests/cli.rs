@@ -200,4 +200,9 @@ fn an_unreachable_broker_is_logged_once_not_on_every_retry() {
     // (transport failure and all brokers down here: 8 lines). Logged on every retry, it was about
     // 400 lines in these 4 s.
     assert!((1..=16).contains(&errors), "{errors} error lines:\n{text}");
+    // The request under way when SIGTERM came is not retried, nor logged as if it would be.
+    let (_, stopping) = text
+        .split_once("shutdown requested")
+        .expect("a logged shutdown");
+    assert!(!stopping.contains("retrying"), "{stopping}");
 }

@@ -336,6 +336,8 @@ impl StoreSetup {
                     self.launcher.board.set_store_error(&self.store.name, None);
                     return Some(partitions);
                 }
+                // A request that ends after shutdown began is not retried, nor logged as if.
+                Err(_) if self.launcher.stop.is_requested() => return None,
                 Err(error) => {
                     let error = format!(
                         "{error}{}",
