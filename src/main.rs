@@ -29,17 +29,15 @@ struct Cli {
 enum Command {
     /// Run the service: restore every configured store and keep it warm.
     Run {
-        /// The YAML config file (`warmstore config-schema` prints its schema).
-        #[arg(long, value_name = "FILE")]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigFile,
     },
     /// Restore every store until warm, close every store cleanly and exit 0: an init container
     /// that warms an application's volume before it starts. Exits 1 when a store partition fails
     /// or on --timeout.
     Restore {
-        /// The YAML config file (`warmstore config-schema` prints its schema).
-        #[arg(long, value_name = "FILE")]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigFile,
         /// Give up after this long, as in 30s, 10m or 2h.
         #[arg(long, value_parser = parse_timeout)]
         timeout: Option<std::time::Duration>,
@@ -48,9 +46,8 @@ enum Command {
     /// directory in the same layout; safe beside a running `warmstore run`. Prints what it copied
     /// as JSON.
     Export {
-        /// The YAML config file (`warmstore config-schema` prints its schema).
-        #[arg(long, value_name = "FILE")]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigFile,
         /// The state directory to copy into (an application's state.dir).
         #[arg(long)]
         to: PathBuf,
@@ -68,19 +65,29 @@ enum Command {
     },
     /// Validate a config file: exit 0, or 2 with a message naming the problem.
     CheckConfig {
-        /// The YAML config file (`warmstore config-schema` prints its schema).
-        #[arg(long, value_name = "FILE")]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigFile,
     },
     /// Print the JSON schema of the config file (for editors; the Helm chart embeds it).
     ConfigSchema,
 }
 
-fn load_config(path: &std::path::Path) -> Result<Config, ExitCode> {
-    Config::load(path, std::env::var(BOOTSTRAP_ENV).ok()).map_err(|e| {
-        eprintln!("error: {e}");
-        ExitCode::from(2)
-    })
+/// `--config`, as every command that reads a config file takes it.
+#[derive(clap::Args)]
+struct ConfigFile {
+    /// The YAML config file (`warmstore config-schema` prints its schema).
+    #[arg(long = "config", value_name = "FILE")]
+    path: PathBuf,
+}
+
+impl ConfigFile {
+    /// The config, or exit code 2 once the problem is printed.
+    fn load(&self) -> Result<Config, ExitCode> {
+        Config::load(&self.path, std::env::var(BOOTSTRAP_ENV).ok()).map_err(|e| {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        })
+    }
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -234,7 +241,7 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Run { config } => {
-            let config = match load_config(&config) {
+            let config = match config.load() {
                 Ok(c) => c,
                 Err(code) => return code,
             };
@@ -242,7 +249,7 @@ fn main() -> ExitCode {
             exit_code(run(config))
         }
         Command::Restore { config, timeout } => {
-            let config = match load_config(&config) {
+            let config = match config.load() {
                 Ok(c) => c,
                 Err(code) => return code,
             };
@@ -254,7 +261,7 @@ fn main() -> ExitCode {
             to,
             kafka_streams_version,
         } => {
-            let config = match load_config(&config) {
+            let config = match config.load() {
                 Ok(c) => c,
                 Err(code) => return code,
             };
@@ -285,12 +292,12 @@ fn main() -> ExitCode {
             }
         },
         Command::ConfigSchema => print_json(&warmstore::config::json_schema()),
-        Command::CheckConfig { config } => match load_config(&config) {
+        Command::CheckConfig { config } => match config.load() {
             Ok(c) => {
                 for message in &c.restore.deprecated {
                     eprintln!("warning: {message}");
                 }
-                println!("{}: ok ({} stores)", config.display(), c.stores.len());
+                println!("{}: ok ({} stores)", config.path.display(), c.stores.len());
                 ExitCode::SUCCESS
             }
             Err(code) => code,

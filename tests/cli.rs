@@ -1,7 +1,11 @@
 //! The command line as a user meets it: config errors exit 2 naming the problem, the demo runs.
 
+mod common;
+
+use common::background::Running;
 use std::path::Path;
 use std::process::{Command, Output};
+use std::time::Duration;
 
 fn warmstore(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_warmstore"))
@@ -180,18 +184,11 @@ fn an_unreachable_broker_is_logged_once_not_on_every_retry() {
     )
     .unwrap();
     let log = dir.path().join("stderr");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_warmstore"))
-        .args(["run", "--config", config.to_str().unwrap()])
-        .env("RUST_LOG", "info")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_secs(4));
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let status = child.wait().unwrap();
+    let child = Running::warmstore_run(&config, &log);
+    std::thread::sleep(Duration::from_secs(4));
+    let code = child.stop(Duration::from_secs(30));
     let text = std::fs::read_to_string(&log).unwrap();
-    assert_eq!(status.code(), Some(0), "{text}");
+    assert_eq!(code, Some(0), "{text}");
     let errors = text
         .lines()
         .filter(|l| l.contains("kafka client error") || l.contains("consumer error"))

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::background::{producer, Running};
 use common::kafka::kafka;
-use common::{fold, http_get, read_store, wait_until, Broker, Record};
+use common::{fold, http_get, poll_until, read_store, wait_until, Broker, Record};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use warmstore::store::StorePaths;
@@ -269,7 +269,7 @@ stores:
 /// The address `warmstore run` serves on, from its log line `serving ... http_addr=ADDR`
 /// written after byte `from`; panics with the log if the process exits first.
 fn served_address(child: &mut Running, log: &Path, from: u64) -> String {
-    wait_until_or("warmstore to serve", Duration::from_secs(60), || {
+    let served = poll_until(Duration::from_secs(60), || {
         if let Some(status) = child.try_wait().unwrap() {
             let text = std::fs::read_to_string(log).unwrap_or_default();
             panic!("warmstore exited ({status}) before serving:\n{text}");
@@ -281,17 +281,8 @@ fn served_address(child: &mut Running, log: &Path, from: u64) -> String {
             .and_then(|l| l.split("http_addr=").nth(1))
             .and_then(|rest| rest.split_whitespace().next())
             .map(str::to_string)
-    })
-}
-
-/// Polls `get` until it gives a value, for at most `timeout`.
-fn wait_until_or<T>(what: &str, timeout: Duration, mut get: impl FnMut() -> Option<T>) -> T {
-    let mut found = None;
-    wait_until(what, timeout, || {
-        found = get();
-        found.is_some()
     });
-    found.unwrap()
+    served.expect("warmstore serves within 60 s")
 }
 
 /// Every running member is ready, and their assignments split `all` between them exactly once.
@@ -309,21 +300,14 @@ fn settled(members: &[Member], all: &Owned) -> Option<BTreeMap<String, Owned>> {
 }
 
 fn wait_settled(members: &[Member], all: &Owned) -> BTreeMap<String, Owned> {
-    let until = std::time::Instant::now() + SETTLE;
-    loop {
-        if let Some(owners) = settled(members, all) {
-            return owners;
-        }
-        if std::time::Instant::now() >= until {
-            let report: String = members
-                .iter()
-                .filter(|m| m.running())
-                .map(Member::report)
-                .collect();
-            panic!("the group did not settle within {SETTLE:?}\n{report}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    poll_until(SETTLE, || settled(members, all)).unwrap_or_else(|| {
+        let report: String = members
+            .iter()
+            .filter(|m| m.running())
+            .map(Member::report)
+            .collect();
+        panic!("the group did not settle within {SETTLE:?}\n{report}");
+    })
 }
 
 /// Partition p of one changelog is owned where partition p of the other is.

@@ -303,9 +303,20 @@ pub fn table_compression(db: &Path) -> Vec<String> {
 }
 
 pub fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let waited = poll_until(timeout, || done().then_some(()));
+    assert!(waited.is_some(), "timed out waiting for {what}");
+}
+
+/// Polls `get` every 50 ms until it gives a value; `None` once `timeout` has passed without one.
+pub fn poll_until<T>(timeout: Duration, mut get: impl FnMut() -> Option<T>) -> Option<T> {
     let until = Instant::now() + timeout;
-    while !done() {
-        assert!(Instant::now() < until, "timed out waiting for {what}");
+    loop {
+        if let Some(value) = get() {
+            return Some(value);
+        }
+        if Instant::now() >= until {
+            return None;
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
 }
