@@ -377,3 +377,73 @@ fn a_batch_that_cannot_be_decompressed_fails_the_partition() {
     // Without the CRC check, the broken frame reaches the decompressor.
     an_undecodable_batch_fails_the_partition("zstd", Damage::ZstdFrame, &[("check.crcs", "false")]);
 }
+
+/// A changelog deleted under a tailing standby (an application reset, say): librdkafka stops
+/// fetching its partitions and says so only in its log. They must not go on showing `caught_up`:
+/// each fails with the reason, keeps its store, and once the topic is created again (shorter than
+/// the stores) is wiped as out of range and rebuilt from the new log.
+#[test]
+fn a_deleted_changelog_fails_its_partitions_and_a_recreated_one_is_rebuilt() {
+    let topic = "deleted-under-a-standby";
+    let mut broker = Broker::real(&[]);
+    broker.create_topic(topic, 2);
+    broker.produce_changelog(topic, 2, 1000, 6);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_for(
+        Listener::Plaintext,
+        dir.path(),
+        vec![store("s", topic, None)],
+    );
+    with_service(&config, |s| {
+        wait_caught_up(s, 2);
+        kafka().delete_topic(topic);
+        let addr = s.http_addr.to_string();
+        wait_until(
+            "/readyz naming the deleted changelog",
+            Duration::from_secs(60),
+            || {
+                let (status, body) = common::http_get(&addr, "/readyz");
+                status == 503 && body.contains("no longer in its topic's metadata")
+            },
+        );
+        wait_until("both partitions failed", Duration::from_secs(60), || {
+            s.board
+                .partitions()
+                .iter()
+                .all(|p| p.state() == PartitionState::Failed)
+        });
+        assert_eq!(total_wipes(s), 0, "a missing changelog wipes nothing");
+        for p in 0..2 {
+            let (applied, data) = read_store(dir.path(), "s", topic, p);
+            assert_eq!(applied, Some(999), "partition {p} kept its offset");
+            assert_eq!(
+                data,
+                broker.model(topic, p, 0),
+                "partition {p} kept its data"
+            );
+        }
+
+        for p in 0..2 {
+            broker.log.remove(&(topic.to_string(), p));
+        }
+        broker.create_topic(topic, 2);
+        broker.produce_changelog(topic, 2, 100, 7);
+        wait_until(
+            "the rebuilt stores caught up",
+            Duration::from_secs(90),
+            || common::all_caught_up(s, 2) && total_wipes(s) == 2,
+        );
+        for p in &s.board.partitions() {
+            assert_eq!(p.wipes(WipeReason::OffsetOutOfRange), 1);
+        }
+    });
+    for p in 0..2 {
+        let (applied, data) = read_store(dir.path(), "s", topic, p);
+        assert_eq!(applied, Some(99), "partition {p}: the new log's offset");
+        assert_eq!(
+            data,
+            broker.model(topic, p, 0),
+            "partition {p}: the new log"
+        );
+    }
+}

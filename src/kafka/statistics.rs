@@ -8,7 +8,7 @@ use rdkafka::ClientContext;
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicBool, AtomicI64};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Instant;
 
@@ -24,7 +24,14 @@ pub struct Watermarks {
     log_start: AtomicI64,
     /// Which consumer fetches the partition now: only its statistics are fresh.
     catching_up: AtomicBool,
+    /// Reports in a row from that consumer that did not find the partition in its topic's
+    /// metadata.
+    unlisted_reports: AtomicU32,
 }
+
+/// Reports in a row that make a partition gone: a partition just assigned can be reported once
+/// before its topic's metadata arrives.
+const GONE_AFTER_REPORTS: u32 = 2;
 
 impl Watermarks {
     fn new() -> Self {
@@ -32,6 +39,7 @@ impl Watermarks {
             end_offset: AtomicI64::new(-1),
             log_start: AtomicI64::new(-1),
             catching_up: AtomicBool::new(false),
+            unlisted_reports: AtomicU32::new(0),
         }
     }
 
@@ -44,14 +52,32 @@ impl Watermarks {
         self.log_start.load(Relaxed)
     }
 
-    /// Offsets asked of the broker directly (at open, before a wipe).
+    /// Whether the partition has left its topic's metadata while fetched: the changelog was
+    /// deleted (or this client may no longer describe it). librdkafka then stops fetching it and
+    /// says so only in its log, so without this a tailing partition would go on showing
+    /// `caught_up` over a changelog that no longer exists.
+    pub fn gone(&self) -> bool {
+        self.unlisted_reports.load(Relaxed) >= GONE_AFTER_REPORTS
+    }
+
+    /// Offsets asked of the broker directly (at open, before a wipe): the partition exists.
     pub fn set(&self, log_start: i64, end_offset: i64) {
         self.log_start.store(log_start, Relaxed);
         self.end_offset.store(end_offset, Relaxed);
+        self.unlisted_reports.store(0, Relaxed);
     }
 
     pub fn set_catching_up(&self, catching_up: bool) {
         self.catching_up.store(catching_up, Relaxed);
+        self.unlisted_reports.store(0, Relaxed);
+    }
+
+    fn reported(&self, listed: bool) {
+        if listed {
+            self.unlisted_reports.store(0, Relaxed);
+        } else {
+            self.unlisted_reports.fetch_add(1, Relaxed);
+        }
     }
 }
 
@@ -137,6 +163,10 @@ struct PartitionReported {
     lo_offset: i64,
     #[serde(default = "unknown")]
     ls_offset: i64,
+    /// Not in the topic's metadata: librdkafka keeps a partition it was asked to fetch listed
+    /// after its topic is deleted, with this set.
+    #[serde(default, rename = "unknown")]
+    unlisted: bool,
 }
 
 fn unknown() -> i64 {
@@ -217,6 +247,7 @@ impl EngineContext {
                     if p.lo_offset >= 0 {
                         cell.log_start.store(p.lo_offset, Relaxed);
                     }
+                    cell.reported(!p.unlisted);
                 }
             }
         }
@@ -343,6 +374,36 @@ mod tests {
             40,
             "the tailing consumer's figures are stale for it"
         );
+    }
+
+    #[test]
+    fn a_partition_unlisted_in_two_reports_in_a_row_is_gone() {
+        let cells = Arc::new(WatermarkCells::default());
+        let cell = cells.register("t", 0);
+        let ctx = context(cells, true);
+        let unlisted =
+            REPORTED.replace("\"desired\": true", "\"desired\": true, \"unknown\": true");
+        ctx.stats_raw(unlisted.as_bytes());
+        assert!(!cell.gone(), "one report may precede the topic's metadata");
+        ctx.stats_raw(REPORTED.as_bytes());
+        ctx.stats_raw(unlisted.as_bytes());
+        assert!(!cell.gone(), "the reports must come in a row");
+        ctx.stats_raw(unlisted.as_bytes());
+        assert!(cell.gone());
+        ctx.stats_raw(REPORTED.as_bytes());
+        assert!(!cell.gone(), "listed again");
+
+        ctx.stats_raw(unlisted.as_bytes());
+        ctx.stats_raw(unlisted.as_bytes());
+        cell.set(0, 40);
+        assert!(!cell.gone(), "the broker answered for it at open");
+        ctx.stats_raw(unlisted.as_bytes());
+        ctx.stats_raw(unlisted.as_bytes());
+        cell.set_catching_up(true);
+        assert!(!cell.gone(), "the other consumer has said nothing yet");
+        ctx.stats_raw(unlisted.as_bytes());
+        ctx.stats_raw(unlisted.as_bytes());
+        assert!(!cell.gone(), "only the consumer fetching it counts");
     }
 
     #[test]

@@ -251,19 +251,12 @@ log.cleaner.dedupe.buffer.size=16777216
 
     /// Creates a topic with topic-level configs (`cleanup.policy`, `segment.ms`, ...).
     pub fn create_topic(&self, topic: &str, partitions: i32, configs: &[(&str, &str)]) {
-        let admin: AdminClient<DefaultClientContext> = self
-            .client_config(Listener::Plaintext)
-            .create()
-            .expect("admin client");
         let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
         for (key, value) in configs {
             new = new.set(key, value);
         }
-        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-        let results = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
+        let (admin, options, runtime) = self.admin();
+        let results = runtime
             .block_on(admin.create_topics([&new], &options))
             .expect("create_topics answers");
         for result in results {
@@ -280,6 +273,44 @@ log.cleaner.dedupe.buffer.size=16777216
                 .and_then(|m| leaders(m.topics().iter().find(|t| t.name() == topic)?))
                 == Some(partitions as usize)
         });
+    }
+
+    /// Deletes a topic, and waits until metadata no longer lists it.
+    pub fn delete_topic(&self, topic: &str) {
+        let (admin, options, runtime) = self.admin();
+        let results = runtime
+            .block_on(admin.delete_topics(&[topic], &options))
+            .expect("delete_topics answers");
+        for result in results {
+            if let Err((name, code)) = result {
+                panic!("cannot delete topic {name}: {code}");
+            }
+        }
+        let consumer: BaseConsumer = self.client_config(Listener::Plaintext).create().unwrap();
+        super::wait_until("the topic gone", Duration::from_secs(30), || {
+            consumer
+                .fetch_metadata(Some(topic), Duration::from_secs(5))
+                .is_ok_and(|m| m.topics().iter().all(|t| t.error().is_some()))
+        });
+    }
+
+    fn admin(
+        &self,
+    ) -> (
+        AdminClient<DefaultClientContext>,
+        AdminOptions,
+        tokio::runtime::Runtime,
+    ) {
+        let admin = self
+            .client_config(Listener::Plaintext)
+            .create()
+            .expect("admin client");
+        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        (admin, options, runtime)
     }
 }
 

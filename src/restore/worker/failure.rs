@@ -55,6 +55,9 @@ pub(super) enum KafkaFailure {
         after: Option<i64>,
         source: KafkaError,
     },
+    /// librdkafka stops fetching a partition whose topic was deleted, and says so only in its log.
+    #[error("{tp} is no longer in its topic's metadata (the changelog was deleted, or this client may no longer describe it); the store is kept as it is and the partition is retried")]
+    Gone { tp: TopicPartition },
 }
 
 /// The transition a failure leads to; the failure is kept to be returned once the store is closed

@@ -30,8 +30,8 @@ struct Batch {
     null_keys: u64,
     /// The next offset is no longer in the log (retention or compaction passed the store).
     out_of_range: bool,
-    /// The partition cannot be consumed (topic or partition gone, or a batch librdkafka could not
-    /// decode, which it would skip), or the store refused a write.
+    /// The partition cannot be consumed (a batch librdkafka could not decode, which it would
+    /// skip), or the store refused a write.
     failure: Option<Failure>,
     /// The queue had nothing more when the batch ended.
     drained: bool,
@@ -69,6 +69,12 @@ impl Worker {
         }
         if batch.out_of_range {
             return Ok(Some(Event::OutOfRange));
+        }
+        if self.watermarks.gone() {
+            return Err(KafkaFailure::Gone {
+                tp: self.tp.clone(),
+            }
+            .into());
         }
         // Markers are never delivered; when idle and behind, the consumer's own position moves
         // past them. Only then: the position call lists every partition of the consumer, so a
