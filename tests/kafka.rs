@@ -381,7 +381,10 @@ fn a_batch_that_cannot_be_decompressed_fails_the_partition() {
 /// A changelog deleted under a tailing standby (an application reset, say): librdkafka stops
 /// fetching its partitions and says so only in its log. They must not go on showing `caught_up`:
 /// each fails with the reason, keeps its store, and once the topic is created again (shorter than
-/// the stores) is wiped as out of range and rebuilt from the new log.
+/// the stores) is wiped as out of range and rebuilt from the new log. Rebuilt within
+/// `ready_max_lag`, it goes straight back to the tailing consumer, where librdkafka has made new
+/// partitions with new queues for the new topic: a queue split off before the deletion received
+/// nothing, and the store showed `caught_up` with none of the new records (applied offset none).
 #[test]
 fn a_deleted_changelog_fails_its_partitions_and_a_recreated_one_is_rebuilt() {
     let topic = "deleted-under-a-standby";
@@ -389,11 +392,12 @@ fn a_deleted_changelog_fails_its_partitions_and_a_recreated_one_is_rebuilt() {
     broker.create_topic(topic, 2);
     broker.produce_changelog(topic, 2, 1000, 6);
     let dir = tempfile::tempdir().unwrap();
-    let config = config_for(
+    let mut config = config_for(
         Listener::Plaintext,
         dir.path(),
         vec![store("s", topic, None)],
     );
+    config.restore.ready_max_lag = 10_000;
     with_service(&config, |s| {
         wait_caught_up(s, 2);
         kafka().delete_topic(topic);
@@ -423,6 +427,12 @@ fn a_deleted_changelog_fails_its_partitions_and_a_recreated_one_is_rebuilt() {
             );
         }
 
+        // Until a retry has found the topic missing: by then librdkafka has let go of what it
+        // knew of the old partitions, and what it makes for the new topic is new too.
+        wait_until("a retry finding no topic", Duration::from_secs(60), || {
+            let (_, body) = common::http_get(&addr, "/readyz");
+            body.matches("cannot read the offsets").count() == 2
+        });
         for p in 0..2 {
             broker.log.remove(&(topic.to_string(), p));
         }

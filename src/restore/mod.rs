@@ -8,20 +8,20 @@ mod tasks;
 mod turns;
 mod worker;
 
+use rdkafka::message::Message;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use crate::config::{Assignment, Config, StoreConfig};
-use crate::kafka::batch::BatchQueue;
 use crate::kafka::consumers::{self, ChangelogConsumer};
 use crate::kafka::statistics::WatermarkCells;
 use crate::observe::logging::RepeatedWarnings;
 use crate::observe::status::{Board, PartitionState, PartitionStatus};
 use crate::store::{BackgroundThreads, StoreOptions, StorePaths, TopicPartition};
 use tasks::{blocking, Stop, StopHandle, Tasks};
-use worker::{LaneQueue, Worker};
+use worker::Worker;
 
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the consumers' main queues are served (statistics and error callbacks).
@@ -94,10 +94,26 @@ impl Engine {
                 let warnings = RepeatedWarnings::default();
                 while !stop.is_requested() {
                     while let Some(result) = consumer.poll(Duration::ZERO) {
-                        if let Err(error) = result {
-                            let kind = error.to_string();
-                            if let Some(repeats_not_logged) = warnings.due(&kind, Instant::now()) {
-                                tracing::warn!(%error, repeats_not_logged, "consumer error");
+                        match result {
+                            Err(error) => {
+                                let kind = error.to_string();
+                                if let Some(repeats_not_logged) =
+                                    warnings.due(&kind, Instant::now())
+                                {
+                                    tracing::warn!(%error, repeats_not_logged, "consumer error");
+                                }
+                            }
+                            // Only a partition whose queue was not split off sends records here,
+                            // and its store never sees them: a bug, shown as loudly as can be.
+                            Ok(record) => {
+                                let kind = format!("record {}-{}", record.topic(), record.partition());
+                                if let Some(repeats_not_logged) =
+                                    warnings.due(&kind, Instant::now())
+                                {
+                                    tracing::error!(topic = record.topic(), partition = record.partition(),
+                                        offset = record.offset(), repeats_not_logged,
+                                        "a record reached the consumer's main queue instead of its partition's queue and is not applied");
+                                }
                             }
                         }
                     }
@@ -217,9 +233,8 @@ impl Running {
 }
 
 impl Launcher {
-    /// Puts the partition on the board (again, if it was there before) and starts its task; `None`
-    /// when its queues cannot be made, which the board then shows as the partition's failure.
-    fn start(&self, store: &StoreConfig, partition: i32) -> Option<Running> {
+    /// Puts the partition on the board (again, if it was there before) and starts its task.
+    fn start(&self, store: &StoreConfig, partition: i32) -> Running {
         let tp = TopicPartition::new(&store.changelog, partition);
         let paths = StorePaths::for_layout(
             &self.config.state_dir,
@@ -238,32 +253,11 @@ impl Launcher {
             status
         });
         status.set_state(PartitionState::Opening, None);
-        // Split before assigning, so no record of this partition reaches a main queue.
-        let wake = Arc::new(Notify::new());
-        let lane = |consumer: &Arc<ChangelogConsumer>| {
-            let mut queue = consumer.split_partition_queue(&tp.topic, partition)?;
-            let batches = BatchQueue::new(consumer, &tp.topic, partition)?;
-            let wake = wake.clone();
-            queue.set_nonempty_callback(move || wake.notify_one());
-            Some(LaneQueue {
-                consumer: consumer.clone(),
-                _split: queue,
-                batches,
-            })
-        };
-        let (Some(tailing), Some(catching_up)) = (lane(&self.tailing), lane(&self.catching_up))
-        else {
-            let reason = format!("cannot create a queue for {tp}");
-            tracing::error!(store = %store.name, topic = %tp.topic, partition, %reason,
-                "store partition failed");
-            status.set_state(PartitionState::Failed, Some(reason));
-            return None;
-        };
         let (stop_handle, stop) = self.stop.child();
         let worker = Worker {
             watermarks: self.watermarks.register(&tp.topic, partition),
-            tailing,
-            catching_up,
+            tailing: self.tailing.clone(),
+            catching_up: self.catching_up.clone(),
             status,
             board: self.board.clone(),
             tp,
@@ -271,7 +265,7 @@ impl Launcher {
             options: self.options.clone(),
             restore: self.config.restore.clone(),
             stop,
-            wake,
+            wake: Arc::new(Notify::new()),
             turns: self.turns.clone(),
         };
         let (done_tx, done) = std::sync::mpsc::channel::<()>();
@@ -280,10 +274,10 @@ impl Launcher {
                 worker.run().await;
                 drop(done_tx);
             });
-        Some(Running {
+        Running {
             stop: stop_handle,
             done,
-        })
+        }
     }
 
     /// Warns when the stores known so far may need more descriptors than the process may open.
@@ -316,7 +310,7 @@ impl StoreSetup {
         };
         for partition in partitions {
             // The engine's own stop ends the partition; its handle is not needed.
-            let _ = self.launcher.start(&self.store, partition);
+            drop(self.launcher.start(&self.store, partition));
         }
         self.launcher.board.store_resolved(&self.store.name);
         self.launcher.check_descriptors();

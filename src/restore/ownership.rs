@@ -143,9 +143,8 @@ impl Rebalance for Ownership {
                 continue;
             }
             owned.kept.remove(key);
-            if let Some(running) = self.launcher.start(&self.stores()[key.0], key.1) {
-                owned.running.insert(*key, running);
-            }
+            let running = self.launcher.start(&self.stores()[key.0], key.1);
+            owned.running.insert(*key, running);
         }
         tracing::info!(
             assigned = partitions.len(),

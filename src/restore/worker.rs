@@ -40,19 +40,21 @@ mod records;
 use failure::{failed, Failure, KafkaFailure};
 use records::PROPERTIES_EVERY;
 
-/// One consumer and this partition's queue in it (`kafka` explains the two consumers).
-pub struct LaneQueue {
-    pub consumer: Arc<ChangelogConsumer>,
-    /// The partition's queue, split off the consumer's main queue; held for as long as the lane,
-    /// as it wakes the worker when records arrive. Records are taken through `batches`.
-    pub _split: PartitionQueue<EngineContext>,
+/// This partition's queue in one consumer (`kafka` explains the two), split off the consumer's
+/// main queue so that its records reach no other queue.
+pub struct LaneQueue<'a> {
+    pub consumer: &'a Arc<ChangelogConsumer>,
+    /// Held for as long as the assignment, as it wakes the worker when records arrive. Records
+    /// are taken through `batches`.
+    _split: PartitionQueue<EngineContext>,
     /// The same partition queue, taken from in batches.
     pub batches: BatchQueue,
 }
 
 pub struct Worker {
-    pub tailing: LaneQueue,
-    pub catching_up: LaneQueue,
+    /// The two consumers (`kafka` explains them); the partition is in at most one at a time.
+    pub tailing: Arc<ChangelogConsumer>,
+    pub catching_up: Arc<ChangelogConsumer>,
     /// Where the worker learns the log's offsets; `status` is only where it reports.
     pub watermarks: Arc<Watermarks>,
     pub status: Arc<PartitionStatus>,
@@ -62,19 +64,35 @@ pub struct Worker {
     pub options: StoreOptions,
     pub restore: RestoreConfig,
     pub stop: Stop,
-    /// Notified by librdkafka when either lane's queue receives something while empty.
+    /// Notified by librdkafka when the partition's queue receives something while empty.
     pub wake: Arc<Notify>,
     pub turns: Arc<Turns>,
 }
 
 /// Keeps the partition assigned in one lane while alive; unassigns on drop, on every exit path.
+/// Its queue is split anew for each assignment: when a topic is deleted and created again,
+/// librdkafka makes new partitions with new queues, and a queue split before that receives
+/// nothing more while the new topic's records go to the consumer's main queue.
 struct Assignment<'a> {
-    lane: &'a LaneQueue,
+    queue: LaneQueue<'a>,
     list: TopicPartitionList,
 }
 
 impl<'a> Assignment<'a> {
-    fn new(lane: &'a LaneQueue, tp: &TopicPartition, offset: i64) -> Result<Self, Failure> {
+    fn new(
+        consumer: &'a Arc<ChangelogConsumer>,
+        wake: &Arc<Notify>,
+        tp: &TopicPartition,
+        offset: i64,
+    ) -> Result<Self, Failure> {
+        let no_queue = || KafkaFailure::Queue { tp: tp.clone() };
+        // Split before assigning, so no record of this partition reaches the main queue.
+        let mut split = consumer
+            .split_partition_queue(&tp.topic, tp.partition)
+            .ok_or_else(no_queue)?;
+        let batches = BatchQueue::new(consumer, &tp.topic, tp.partition).ok_or_else(no_queue)?;
+        let wake = wake.clone();
+        split.set_nonempty_callback(move || wake.notify_one());
         let assign = |source| KafkaFailure::Assign {
             tp: tp.clone(),
             source,
@@ -82,14 +100,19 @@ impl<'a> Assignment<'a> {
         let mut list = TopicPartitionList::new();
         list.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(offset))
             .map_err(assign)?;
-        lane.consumer.incremental_assign(&list).map_err(assign)?;
-        Ok(Assignment { lane, list })
+        consumer.incremental_assign(&list).map_err(assign)?;
+        let queue = LaneQueue {
+            consumer,
+            _split: split,
+            batches,
+        };
+        Ok(Assignment { queue, list })
     }
 }
 
 impl Drop for Assignment<'_> {
     fn drop(&mut self) {
-        let _ = self.lane.consumer.incremental_unassign(&self.list);
+        let _ = self.queue.consumer.incremental_unassign(&self.list);
     }
 }
 
@@ -165,7 +188,7 @@ impl Worker {
     /// order, and the tailing consumer's connection carries a fetch the broker holds for up to
     /// `fetch.wait.max.ms`, which every open queued behind (8 opens a second at 1,000 partitions).
     async fn bounds(&self) -> Result<LogBounds, Failure> {
-        let (consumer, tp) = (self.catching_up.consumer.clone(), self.tp.clone());
+        let (consumer, tp) = (self.catching_up.clone(), self.tp.clone());
         let request =
             blocking(move || consumer.fetch_watermarks(&tp.topic, tp.partition, WATERMARK_TIMEOUT));
         tokio::pin!(request);
@@ -379,11 +402,11 @@ impl Worker {
             let catching_up = lane == phase::Lane::CatchingUp;
             self.watermarks.set_catching_up(catching_up);
             self.status.catching_up.store(catching_up, Relaxed);
-            let queue = match lane {
+            let consumer = match lane {
                 phase::Lane::CatchingUp => &self.catching_up,
                 phase::Lane::Tailing => &self.tailing,
             };
-            run.assignment = Some(Assignment::new(queue, &self.tp, run.next)?);
+            run.assignment = Some(Assignment::new(consumer, &self.wake, &self.tp, run.next)?);
             // A partition done catching up has no restore buffers left to hold.
             if t.release_turn {
                 let threshold = self.turns.turn_bytes / policy::RELEASE_TURN_PARTS;

@@ -43,6 +43,8 @@ pub(super) enum KafkaFailure {
         source: KafkaError,
         cause: Option<String>,
     },
+    #[error("librdkafka has no queue for {tp}")]
+    Queue { tp: TopicPartition },
     #[error("cannot assign {tp}: {source}")]
     Assign {
         tp: TopicPartition,

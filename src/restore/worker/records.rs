@@ -61,7 +61,7 @@ impl Worker {
         let Some(assignment) = run.assignment.as_ref() else {
             return Ok(None);
         };
-        let lane = assignment.lane;
+        let lane = &assignment.queue;
         let batch = self.take_batch(lane, store, &mut run.next, &mut run.last_taken, budget);
         run.drained = batch.drained;
         if let Some(failure) = batch.failure {
@@ -166,7 +166,7 @@ impl Worker {
     /// per-record path does no allocation, logging or metric update.
     fn take_batch(
         &self,
-        lane: &LaneQueue,
+        lane: &LaneQueue<'_>,
         store: &mut Store,
         next: &mut i64,
         last_taken: &mut Option<i64>,
@@ -274,7 +274,7 @@ impl Worker {
 }
 
 /// librdkafka's position for this partition, which accounts for skipped control records.
-fn consumer_position(lane: &LaneQueue, tp: &TopicPartition) -> Option<i64> {
+fn consumer_position(lane: &LaneQueue<'_>, tp: &TopicPartition) -> Option<i64> {
     let positions = lane.consumer.position().ok()?;
     match positions.find_partition(&tp.topic, tp.partition)?.offset() {
         Offset::Offset(o) if o >= 0 => Some(o),
