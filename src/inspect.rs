@@ -23,22 +23,33 @@ pub struct Report {
 
 #[derive(Debug, thiserror::Error)]
 pub enum InspectError {
+    /// The path names no store: a usage error, like a bad config.
     #[error("{0} is not a warmstore store: {1}")]
     NotAStore(PathBuf, String),
+    /// A store RocksDB could not open or read.
+    #[error("cannot read the store at {0}: {1}")]
+    Unreadable(PathBuf, String),
+}
+
+impl InspectError {
+    /// 2 for a path that is not a store (usage), 1 for a store that cannot be read.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            InspectError::NotAStore(..) => 2,
+            InspectError::Unreadable(..) => 1,
+        }
+    }
 }
 
 pub fn inspect(dir: &Path) -> Result<Report, InspectError> {
-    let not_a_store = |why: String| InspectError::NotAStore(dir.to_path_buf(), why);
+    let not_a_store = |why: &str| InspectError::NotAStore(dir.to_path_buf(), why.to_string());
     if !dir.is_dir() {
-        return Err(not_a_store("no such directory".into()));
+        return Err(not_a_store("no such directory"));
     }
     if !dir.join(CURRENT_FILE).is_file() {
-        return Err(not_a_store("it has no RocksDB CURRENT file".into()));
+        return Err(not_a_store("it has no RocksDB CURRENT file"));
     }
-    read_report(dir).map_err(not_a_store)
-}
-
-fn read_report(dir: &Path) -> Result<Report, String> {
+    let unreadable = |why: String| InspectError::Unreadable(dir.to_path_buf(), why);
     // Beside a running service, a compaction can delete a table file between reading the MANIFEST
     // and opening the file; a second look sees the new MANIFEST.
     let mut attempt = 0;
@@ -49,16 +60,16 @@ fn read_report(dir: &Path) -> Result<Report, String> {
                 attempt += 1;
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
-            Err(e) => return Err(e.into_string()),
+            Err(e) => return Err(unreadable(e.into_string())),
         }
     };
-    let offsets_cf = db
-        .cf_handle(OFFSETS_CF)
-        .ok_or("it has no `offsets` column family")?;
+    let Some(offsets_cf) = db.cf_handle(OFFSETS_CF) else {
+        return Err(not_a_store("it has no `offsets` column family"));
+    };
     let mut offsets = BTreeMap::new();
     let mut status = "absent".to_string();
     for item in db.iterator_cf(offsets_cf, rocksdb::IteratorMode::Start) {
-        let (key, value) = item.map_err(|e| e.into_string())?;
+        let (key, value) = item.map_err(|e| unreadable(e.into_string()))?;
         if &*key == STATUS_KEY {
             status = match decode_i64(&value) {
                 Some(1) => "open".into(),

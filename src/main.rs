@@ -288,7 +288,7 @@ fn main() -> ExitCode {
             Ok(report) => print_json(&report),
             Err(e) => {
                 eprintln!("error: {e}");
-                ExitCode::from(1)
+                ExitCode::from(e.exit_code())
             }
         },
         Command::ConfigSchema => print_json(&warmstore::config::json_schema()),

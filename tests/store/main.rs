@@ -538,7 +538,7 @@ fn inspect_refuses_a_directory_that_is_not_a_store() {
         .arg(dir.path())
         .output()
         .unwrap();
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(2), "a usage error");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("is not a warmstore store"), "{stderr}");
     assert!(stderr.contains("CURRENT"), "{stderr}");
