@@ -170,15 +170,17 @@ pub enum TopicError {
     NoPartitions { topic: String },
 }
 
+/// How long a lookup of a topic's partitions waits for the broker (a blocking librdkafka call).
+const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Every partition of `topic`, or an error that says why there are none (missing topic).
 pub fn partitions_of<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     topic: &str,
-    timeout: Duration,
 ) -> Result<Vec<i32>, TopicError> {
     let topic_name = || topic.to_string();
     let metadata = consumer
-        .fetch_metadata(Some(topic), timeout)
+        .fetch_metadata(Some(topic), METADATA_TIMEOUT)
         .map_err(|source| TopicError::Metadata {
             topic: topic_name(),
             source,

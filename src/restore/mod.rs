@@ -23,7 +23,6 @@ use crate::store::{BackgroundThreads, StoreOptions, StorePaths, TopicPartition};
 use tasks::{blocking, Stop, StopHandle, Tasks};
 use worker::Worker;
 
-const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the consumers' main queues are served (statistics and error callbacks).
 const MAIN_QUEUE_EVERY: Duration = Duration::from_millis(100);
 
@@ -323,8 +322,7 @@ impl StoreSetup {
         let mut attempt = 0;
         loop {
             let (consumer, topic) = (self.launcher.tailing.clone(), self.store.changelog.clone());
-            let request =
-                blocking(move || consumers::partitions_of(&consumer, &topic, METADATA_TIMEOUT));
+            let request = blocking(move || consumers::partitions_of(&consumer, &topic));
             match request.await {
                 Ok(partitions) => {
                     self.launcher.board.set_store_error(&self.store.name, None);

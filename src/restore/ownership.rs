@@ -195,7 +195,6 @@ impl Rebalance for Ownership {
 
 /// How often the member counts the partitions of the changelogs it subscribes to.
 const COUNT_PARTITIONS_EVERY: Duration = Duration::from_secs(30);
-const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Every partition of the subscribed changelogs: what the members of the group should own between
 /// them. A partition that nobody owns shows on no member, so each member exports this count and an
@@ -204,8 +203,7 @@ const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 fn changelog_partitions(member: &group::GroupMember, changelogs: &[String]) -> Option<usize> {
     changelogs.iter().try_fold(
         0,
-        |total, topic| match crate::kafka::consumers::partitions_of(member, topic, METADATA_TIMEOUT)
-        {
+        |total, topic| match crate::kafka::consumers::partitions_of(member, topic) {
             Ok(partitions) => Some(total + partitions.len()),
             Err(error) => {
                 tracing::debug!(%error, "cannot count the changelog's partitions");
