@@ -132,6 +132,14 @@ pub enum ConfigProblem {
     NegativePartition { index: usize, partition: i32 },
     #[error("stores[{index}].partitions: {partition} is listed twice")]
     PartitionTwice { index: usize, partition: i32 },
+    #[error("stores[{index}].changelog: `{changelog}`{} is also read by store `{other}`; a changelog partition feeds one store (the consumers assign each partition once, so one of the two would stay failed)", partition.map_or(String::new(), |p| format!(" partition {p}")))]
+    ChangelogTwice {
+        index: usize,
+        changelog: String,
+        /// The partition both read, when either lists its partitions.
+        partition: Option<i32>,
+        other: String,
+    },
 }
 
 /// The config file as written: what the schema describes and what parsing starts from.

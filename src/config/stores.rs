@@ -161,8 +161,31 @@ pub(super) fn validate(stores: &[StoreConfig]) -> Result<(), ConfigProblem> {
                 }
             }
         }
+        if let Some((other, partition)) = stores[..index]
+            .iter()
+            .find_map(|earlier| shared_partition(earlier, store).map(|p| (earlier, p)))
+        {
+            return Err(P::ChangelogTwice {
+                index,
+                changelog: store.changelog.clone(),
+                partition,
+                other: other.name.clone(),
+            });
+        }
     }
     Ok(())
+}
+
+/// `Some` when two stores read a partition of the same changelog: `Some(Some(p))` naming one
+/// both list, `Some(None)` when either takes every partition.
+fn shared_partition(a: &StoreConfig, b: &StoreConfig) -> Option<Option<i32>> {
+    if a.changelog != b.changelog {
+        return None;
+    }
+    match (&a.partitions, &b.partitions) {
+        (Some(x), Some(y)) => x.iter().find(|p| y.contains(p)).map(|p| Some(*p)),
+        _ => Some(None),
+    }
 }
 
 /// Store names become directory names under `state_dir`, so they must never escape it.
@@ -189,6 +212,39 @@ pub fn validate_store_name(name: &str) -> Result<(), StoreNameProblem> {
 mod tests {
     use super::*;
     use crate::config::Config;
+
+    #[test]
+    fn a_changelog_partition_feeds_one_store() {
+        let stores = |a: &str, b: &str| {
+            format!(
+                "kafka: {{bootstrap.servers: x}}\nstores:\n  - {{name: a, changelog: t{a}}}\n  - {{name: b, changelog: t{b}}}\n"
+            )
+        };
+        let e = Config::parse(&stores("", ""), None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("stores[1].changelog: `t` is also read by store `a`"),
+            "{e}"
+        );
+        let e = Config::parse(
+            &stores(", partitions: [0, 1]", ", partitions: [2, 1]"),
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("`t` partition 1 is also read by store `a`"),
+            "{e}"
+        );
+        let e = Config::parse(&stores("", ", partitions: [3]"), None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is also read by store `a`"), "{e}");
+        assert!(Config::parse(&stores(", partitions: [0]", ", partitions: [1]"), None).is_ok());
+        let other = stores("", "").replacen("changelog: t}", "changelog: u}", 1);
+        assert!(Config::parse(&other, None).is_ok(), "{other}");
+    }
 
     #[test]
     fn store_names_never_escape_the_state_dir() {

@@ -81,8 +81,8 @@ impl Watermarks {
     }
 }
 
-/// The cells of one topic partition: two stores may read one changelog. Held weakly: a store
-/// partition that stops (revoked in group mode) drops its cell, and a later one registers anew.
+/// The cells of one topic partition. Held weakly: a store partition that stops (revoked in group
+/// mode) drops its cell, and a later one registers anew, possibly before the old one is dropped.
 type CellsOf = Vec<Weak<Watermarks>>;
 
 /// Every partition's `Watermarks`, by topic and partition.
