@@ -398,6 +398,13 @@ fn a_deleted_changelog_fails_its_partitions_and_a_recreated_one_is_rebuilt() {
         vec![store("s", topic, None)],
     );
     config.restore.ready_max_lag = 10_000;
+    let stores_hold = |broker: &Broker, offset: Option<i64>, what: &str| {
+        for p in 0..2 {
+            let (applied, data) = read_store(dir.path(), "s", topic, p);
+            assert_eq!(applied, offset, "partition {p} {what}: applied offset");
+            assert_eq!(data, broker.model(topic, p, 0), "partition {p} {what}");
+        }
+    };
     with_service(&config, |s| {
         wait_caught_up(s, 2);
         kafka().delete_topic(topic);
@@ -417,15 +424,7 @@ fn a_deleted_changelog_fails_its_partitions_and_a_recreated_one_is_rebuilt() {
                 .all(|p| p.state() == PartitionState::Failed)
         });
         assert_eq!(total_wipes(s), 0, "a missing changelog wipes nothing");
-        for p in 0..2 {
-            let (applied, data) = read_store(dir.path(), "s", topic, p);
-            assert_eq!(applied, Some(999), "partition {p} kept its offset");
-            assert_eq!(
-                data,
-                broker.model(topic, p, 0),
-                "partition {p} kept its data"
-            );
-        }
+        stores_hold(&broker, Some(999), "kept as they were");
 
         // Until a retry has found the topic missing: by then librdkafka has let go of what it
         // knew of the old partitions, and what it makes for the new topic is new too.
@@ -447,13 +446,5 @@ fn a_deleted_changelog_fails_its_partitions_and_a_recreated_one_is_rebuilt() {
             assert_eq!(p.wipes(WipeReason::OffsetOutOfRange), 1);
         }
     });
-    for p in 0..2 {
-        let (applied, data) = read_store(dir.path(), "s", topic, p);
-        assert_eq!(applied, Some(99), "partition {p}: the new log's offset");
-        assert_eq!(
-            data,
-            broker.model(topic, p, 0),
-            "partition {p}: the new log"
-        );
-    }
+    stores_hold(&broker, Some(99), "rebuilt from the new log");
 }

@@ -6,7 +6,7 @@
 //! them); certificates are made with `openssl` for each start; the SCRAM user is created when the
 //! storage is formatted. docs/testing.md says how to run the same broker by hand.
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication, TopicResult};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -256,14 +256,10 @@ log.cleaner.dedupe.buffer.size=16777216
             new = new.set(key, value);
         }
         let (admin, options, runtime) = self.admin();
-        let results = runtime
-            .block_on(admin.create_topics([&new], &options))
-            .expect("create_topics answers");
-        for result in results {
-            if let Err((name, code)) = result {
-                panic!("cannot create topic {name}: {code}");
-            }
-        }
+        all_done(
+            "create",
+            runtime.block_on(admin.create_topics([&new], &options)),
+        );
         // Leadership is ready when metadata names a leader for every partition.
         let consumer: BaseConsumer = self.client_config(Listener::Plaintext).create().unwrap();
         super::wait_until("the topic's leaders", Duration::from_secs(30), || {
@@ -278,14 +274,10 @@ log.cleaner.dedupe.buffer.size=16777216
     /// Deletes a topic, and waits until metadata no longer lists it.
     pub fn delete_topic(&self, topic: &str) {
         let (admin, options, runtime) = self.admin();
-        let results = runtime
-            .block_on(admin.delete_topics(&[topic], &options))
-            .expect("delete_topics answers");
-        for result in results {
-            if let Err((name, code)) = result {
-                panic!("cannot delete topic {name}: {code}");
-            }
-        }
+        all_done(
+            "delete",
+            runtime.block_on(admin.delete_topics(&[topic], &options)),
+        );
         let consumer: BaseConsumer = self.client_config(Listener::Plaintext).create().unwrap();
         super::wait_until("the topic gone", Duration::from_secs(30), || {
             consumer
@@ -311,6 +303,15 @@ log.cleaner.dedupe.buffer.size=16777216
             .build()
             .unwrap();
         (admin, options, runtime)
+    }
+}
+
+/// Panics unless the broker answered and did `action` to every topic.
+fn all_done(action: &str, answer: rdkafka::error::KafkaResult<Vec<TopicResult>>) {
+    for result in answer.unwrap_or_else(|e| panic!("no answer to {action} topics: {e}")) {
+        if let Err((name, code)) = result {
+            panic!("cannot {action} topic {name}: {code}");
+        }
     }
 }
 
