@@ -2,6 +2,7 @@
 //! `Watermarks` (so end offsets are refreshed without a request per partition), broker states and
 //! errors to the status board.
 
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::ConsumerContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::ClientContext;
@@ -13,7 +14,7 @@ use std::sync::{Arc, RwLock, Weak};
 use std::time::Instant;
 
 use super::consumers::Role;
-use crate::observe::logging::RepeatedWarnings;
+use crate::observe::logging::{kind_of, RepeatedWarnings};
 use crate::observe::status::Board;
 
 /// The log's offsets for one store partition, as the statistics of the consumer fetching it last
@@ -196,6 +197,30 @@ impl ClientContext for EngineContext {
             Err(error) => {
                 tracing::warn!(%error, "librdkafka's statistics could not be read; end offsets are not refreshed")
             }
+        }
+    }
+
+    /// librdkafka logs some errors itself as often as it meets them: a deleted topic's partitions
+    /// three times a second each, until they are let go. Warnings and errors are logged once a
+    /// while per kind, as `error` logs its errors.
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        use RDKafkaLogLevel as L;
+        match level {
+            L::Emerg | L::Alert | L::Critical | L::Error | L::Warning => {
+                let kind = kind_of(&format!("{fac} {log_message}"));
+                let Some(repeats_not_logged) = self.warnings.due(&kind, Instant::now()) else {
+                    return;
+                };
+                if matches!(level, L::Warning) {
+                    tracing::warn!(target: "librdkafka", repeats_not_logged, "librdkafka: {fac} {log_message}");
+                } else {
+                    tracing::error!(target: "librdkafka", repeats_not_logged, "librdkafka: {fac} {log_message}");
+                }
+            }
+            L::Notice | L::Info => {
+                tracing::info!(target: "librdkafka", "librdkafka: {fac} {log_message}")
+            }
+            L::Debug => tracing::debug!(target: "librdkafka", "librdkafka: {fac} {log_message}"),
         }
     }
 

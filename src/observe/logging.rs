@@ -43,7 +43,8 @@ pub const REPEAT_QUIET: Duration = Duration::from_secs(60);
 pub struct RepeatedWarnings(Mutex<HashMap<String, Repeat>>);
 
 /// Kinds of warning remembered at most; past it they are forgotten and logged afresh. The kinds
-/// are error codes, a few dozen at most.
+/// are error codes and librdkafka's log lines with their numbers masked (`kind_of`): a few dozen
+/// at most.
 const KINDS_REMEMBERED: usize = 64;
 
 struct Repeat {
@@ -76,9 +77,46 @@ impl RepeatedWarnings {
     }
 }
 
+/// The kind of a log line for `RepeatedWarnings`: its text with every run of digits masked, so
+/// that the same report about another partition, broker or offset counts as a repeat.
+pub fn kind_of(text: &str) -> String {
+    let mut kind = String::with_capacity(text.len());
+    let mut in_digits = false;
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            if !in_digits {
+                kind.push('#');
+            }
+            in_digits = true;
+        } else {
+            kind.push(c);
+            in_digits = false;
+        }
+    }
+    kind
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_same_report_about_another_partition_is_of_one_kind() {
+        let line = |p: &str| {
+            format!(
+                "[thrd:app]: warmstore#consumer-1: orders-changelog [{p}]: topic does not exist"
+            )
+        };
+        assert_eq!(kind_of(&line("2")), kind_of(&line("17")));
+        assert_eq!(
+            kind_of(&line("2")),
+            "[thrd:app]: warmstore#consumer-#: orders-changelog [#]: topic does not exist"
+        );
+        assert_ne!(
+            kind_of("Connect to ipv4#10.0.0.1:9092 failed"),
+            kind_of("SSL handshake failed")
+        );
+    }
 
     #[test]
     fn a_warning_is_logged_once_then_quiet_then_again_with_the_count_left_out() {
