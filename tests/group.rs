@@ -691,3 +691,34 @@ fn a_rebalance_storm_while_a_producer_writes_loses_nothing() {
         }
     }
 }
+
+/// A changelog missing when the member starts (not created yet, or its name mistyped): the group
+/// assigns none of its partitions, so the member was ready without that store and nothing but one
+/// log line said so. Its store shows failed in `/readyz`, naming the topic, as in `all` mode; once
+/// the topic is created its partitions are assigned and restored.
+#[test]
+fn a_missing_changelog_fails_its_store_until_it_is_created() {
+    let mut broker = Broker::real(&[]);
+    let topics = ["late-orders".to_string(), "late-totals".to_string()];
+    broker.create_topic(&topics[0], 2);
+    broker.produce_changelog(&topics[0], 2, RECORDS, 1);
+    let mut changelogs = Changelogs {
+        broker,
+        topics,
+        partitions: 2,
+    };
+    let root = tempfile::tempdir().unwrap();
+    let mut member = Member::new(root.path(), &changelogs, "late-standby", "pod-0", "10m");
+    member.start();
+    wait_until("/readyz naming the missing changelog", SETTLE, || {
+        let (code, body) = http_get(&member.addr, "/readyz");
+        code == 503 && body.contains("failed: topic late-totals")
+    });
+    let late = changelogs.topics[1].clone();
+    changelogs.broker.create_topic(&late, 2);
+    changelogs.broker.produce_changelog(&late, 2, RECORDS, 2);
+    let mut members = [member];
+    let owners = wait_settled(&members, &changelogs.all());
+    assert_eq!(members[0].stop(), Some(0));
+    assert_stores_equal_the_model(&members, &owners, &changelogs);
+}

@@ -170,6 +170,14 @@ pub enum TopicError {
     NoPartitions { topic: String },
 }
 
+impl TopicError {
+    /// The broker answered about the topic (missing, refused, empty): not a request that failed
+    /// on the way, which says nothing about the topic itself.
+    pub fn answered(&self) -> bool {
+        !matches!(self, TopicError::Metadata { .. })
+    }
+}
+
 /// How long a lookup of a topic's partitions waits for the broker (a blocking librdkafka call).
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 

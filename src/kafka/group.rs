@@ -32,6 +32,9 @@ const ASSIGNOR: &str = "range";
 /// pod that rejoins within it moves nothing. A minute covers a pod restart on its node; a node lost
 /// hands its partitions on after it.
 const STATIC_SESSION_TIMEOUT_MS: &str = "60000";
+/// How often the member looks at the subscribed changelogs' metadata: as often as it counts their
+/// partitions, so that one created late is assigned about when its stores stop showing failed.
+const SUBSCRIBED_TOPICS_REFRESH_MS: &str = "30000";
 
 /// What the engine does when the group moves partitions. Both calls block until it is done.
 pub trait Rebalance: Send + Sync + 'static {
@@ -113,6 +116,15 @@ pub fn member_config(kafka: &BTreeMap<String, String>, group: &GroupConfig) -> C
         if !kafka.contains_key("session.timeout.ms") {
             config.set("session.timeout.ms", STATIC_SESSION_TIMEOUT_MS);
         }
+    }
+    // A changelog created after the member subscribed is only assigned once librdkafka looks at
+    // the subscribed topics again: every 5 minutes by default, while the missing changelog's
+    // stores show failed until it is.
+    if !kafka.contains_key("topic.metadata.refresh.interval.ms") {
+        config.set(
+            "topic.metadata.refresh.interval.ms",
+            SUBSCRIBED_TOPICS_REFRESH_MS,
+        );
     }
     match kafka.get("partition.assignment.strategy") {
         None => {

@@ -12,7 +12,7 @@ use super::{EngineError, Launcher, Running};
 use crate::config::{Config, GroupConfig, StoreConfig};
 use crate::kafka::group::{self, Rebalance, MEMBER_POLL};
 use crate::observe::group::GroupView;
-use crate::observe::status::PartitionState;
+use crate::observe::status::{Board, PartitionState};
 use crate::store::StorePaths;
 
 /// A store partition: the store's index in the config, and the partition.
@@ -199,18 +199,39 @@ const COUNT_PARTITIONS_EVERY: Duration = Duration::from_secs(30);
 /// Every partition of the subscribed changelogs: what the members of the group should own between
 /// them. A partition that nobody owns shows on no member, so each member exports this count and an
 /// alert compares it with the sum of what the members were assigned. `None` if a changelog cannot
-/// be listed (it is then reported by the member's own errors).
-fn changelog_partitions(member: &group::GroupMember, changelogs: &[String]) -> Option<usize> {
-    changelogs.iter().try_fold(
-        0,
-        |total, topic| match crate::kafka::consumers::partitions_of(member, topic) {
-            Ok(partitions) => Some(total + partitions.len()),
-            Err(error) => {
-                tracing::debug!(%error, "cannot count the changelog's partitions");
-                None
+/// be listed. Such a changelog is shown as the failure of each store reading it, as in `all`
+/// mode: the group assigns only partitions that exist, so a store whose changelog is missing (a
+/// typo, a topic not created yet, or deleted) would otherwise be on no member, and each ready.
+fn count_changelog_partitions(
+    member: &group::GroupMember,
+    changelogs: &[String],
+    stores: &[StoreConfig],
+    board: &Board,
+) -> Option<usize> {
+    let mut total = Some(0);
+    for topic in changelogs {
+        let listed = crate::kafka::consumers::partitions_of(member, topic);
+        total = match (total, &listed) {
+            (Some(total), Ok(partitions)) => Some(total + partitions.len()),
+            _ => None,
+        };
+        let error = match listed {
+            Ok(_) => None,
+            Err(e) if e.answered() => Some(e.to_string()),
+            // A request that failed on the way says nothing about the topic (an outage shows on
+            // its own): what is shown stays as it was.
+            Err(_) => continue,
+        };
+        for store in stores.iter().filter(|s| &s.changelog == topic) {
+            let shown = board.store_errors().remove(&store.name);
+            if error.is_some() && shown != error {
+                tracing::warn!(store = %store.name, topic, error = error.as_deref(),
+                    "the store's changelog cannot be listed; the group assigns none of its partitions");
             }
-        },
-    )
+            board.set_store_error(&store.name, error.clone());
+        }
+    }
+    total
 }
 
 /// Joins the group and starts the thread that serves the member: rebalances, and the deletion of
@@ -246,7 +267,10 @@ pub(super) fn join(
             while !stop.is_requested() {
                 if counted.is_none_or(|at| at.elapsed() >= COUNT_PARTITIONS_EVERY) {
                     counted = Some(Instant::now());
-                    if let Some(total) = changelog_partitions(&member, &changelogs) {
+                    let stores = &ownership.launcher.config.stores;
+                    if let Some(total) =
+                        count_changelog_partitions(&member, &changelogs, stores, &board)
+                    {
                         board.with_group(|g| g.changelog_partitions = Some(total));
                     }
                 }
