@@ -16,7 +16,7 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, TopicPartitionList};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::consumers::client_config;
 use crate::config::GroupConfig;
@@ -56,7 +56,7 @@ pub type GroupMember = BaseConsumer<MemberContext>;
 
 impl ClientContext for MemberContext {
     fn error(&self, error: KafkaError, reason: &str) {
-        if let Some(repeats_not_logged) = self.warnings.due(&error.to_string(), Instant::now()) {
+        if let Some(repeats_not_logged) = self.warnings.due_now(&error.to_string()) {
             tracing::warn!(%error, reason, repeats_not_logged, "consumer group member: kafka client error; librdkafka retries on its own");
         }
     }

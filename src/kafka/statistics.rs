@@ -11,10 +11,9 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32};
 use std::sync::{Arc, RwLock, Weak};
-use std::time::Instant;
 
 use super::consumers::Role;
-use crate::observe::logging::{kind_of, RepeatedWarnings};
+use crate::observe::logging::RepeatedWarnings;
 use crate::observe::status::Board;
 
 /// The log's offsets for one store partition, as the statistics of the consumer fetching it last
@@ -207,8 +206,8 @@ impl ClientContext for EngineContext {
         use RDKafkaLogLevel as L;
         match level {
             L::Emerg | L::Alert | L::Critical | L::Error | L::Warning => {
-                let kind = kind_of(&format!("{fac} {log_message}"));
-                let Some(repeats_not_logged) = self.warnings.due(&kind, Instant::now()) else {
+                let text = format!("{fac} {log_message}");
+                let Some(repeats_not_logged) = self.warnings.due_now(&text) else {
                     return;
                 };
                 if matches!(level, L::Warning) {
@@ -225,7 +224,7 @@ impl ClientContext for EngineContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        if let Some(repeats_not_logged) = self.warnings.due(&error.to_string(), Instant::now()) {
+        if let Some(repeats_not_logged) = self.warnings.due_now(&error.to_string()) {
             tracing::warn!(%error, reason, repeats_not_logged, "kafka client error; librdkafka retries on its own");
         }
         // "All brokers down" follows the error that says why (a refused handshake or login);

@@ -53,6 +53,12 @@ struct Repeat {
 }
 
 impl RepeatedWarnings {
+    /// `due` for a warning's text now, its kind being the text with its numbers masked
+    /// (`kind_of`): the same report about another partition, broker or offset is a repeat.
+    pub fn due_now(&self, text: &str) -> Option<u64> {
+        self.due(&kind_of(text), Instant::now())
+    }
+
     /// `Some(n)` when a warning of this `kind` is to be logged now, `n` being how many of its
     /// repeats were left out since it last was.
     pub fn due(&self, kind: &str, now: Instant) -> Option<u64> {
@@ -79,7 +85,7 @@ impl RepeatedWarnings {
 
 /// The kind of a log line for `RepeatedWarnings`: its text with every run of digits masked, so
 /// that the same report about another partition, broker or offset counts as a repeat.
-pub fn kind_of(text: &str) -> String {
+fn kind_of(text: &str) -> String {
     let mut kind = String::with_capacity(text.len());
     let mut in_digits = false;
     for c in text.chars() {

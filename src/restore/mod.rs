@@ -11,7 +11,7 @@ mod worker;
 use rdkafka::message::Message;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::config::{Assignment, Config, StoreConfig};
@@ -95,9 +95,8 @@ impl Engine {
                     while let Some(result) = consumer.poll(Duration::ZERO) {
                         match result {
                             Err(error) => {
-                                let kind = error.to_string();
                                 if let Some(repeats_not_logged) =
-                                    warnings.due(&kind, Instant::now())
+                                    warnings.due_now(&error.to_string())
                                 {
                                     tracing::warn!(%error, repeats_not_logged, "consumer error");
                                 }
@@ -105,10 +104,8 @@ impl Engine {
                             // Only a partition whose queue was not split off sends records here,
                             // and its store never sees them: a bug, shown as loudly as can be.
                             Ok(record) => {
-                                let kind = format!("record {}-{}", record.topic(), record.partition());
-                                if let Some(repeats_not_logged) =
-                                    warnings.due(&kind, Instant::now())
-                                {
+                                let kind = format!("record {}", record.topic());
+                                if let Some(repeats_not_logged) = warnings.due_now(&kind) {
                                     tracing::error!(topic = record.topic(), partition = record.partition(),
                                         offset = record.offset(), repeats_not_logged,
                                         "a record reached the consumer's main queue instead of its partition's queue and is not applied");
