@@ -448,3 +448,35 @@ fn a_deleted_changelog_fails_its_partitions_and_a_recreated_one_is_rebuilt() {
     });
     stores_hold(&broker, Some(99), "rebuilt from the new log");
 }
+
+/// A store that reads every partition of its changelog still does when partitions are added to
+/// the changelog under a running standby: the new one is restored, not left out of a ready
+/// process.
+#[test]
+fn a_partition_added_to_a_changelog_is_restored() {
+    let topic = "grown-under-a-standby";
+    let mut broker = Broker::real(&[]);
+    broker.create_topic(topic, 2);
+    broker.produce_changelog(topic, 2, 200, 8);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_for(
+        Listener::Plaintext,
+        dir.path(),
+        vec![store("s", topic, None)],
+    );
+    with_service(&config, |s| {
+        wait_caught_up(s, 2);
+        broker.add_partitions(topic, 3);
+        broker.produce_changelog(topic, 3, 100, 9);
+        wait_until(
+            "the added partition caught up",
+            Duration::from_secs(90),
+            || common::all_caught_up(s, 3),
+        );
+    });
+    for (p, last) in [(0, 299), (1, 299), (2, 99)] {
+        let (applied, data) = read_store(dir.path(), "s", topic, p);
+        assert_eq!(applied, Some(last), "partition {p}: applied offset");
+        assert_eq!(data, broker.model(topic, p, 0), "partition {p}");
+    }
+}

@@ -181,6 +181,34 @@ impl TopicError {
 /// How long a lookup of a topic's partitions waits for the broker (a blocking librdkafka call).
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a lookup of a partition's offsets waits for the broker (a blocking librdkafka call).
+const WATERMARK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A partition's log-start and end offsets, asked of the broker. librdkafka first finds the
+/// partition in its metadata cache, and a partition missing from a topic it knows is final there
+/// (`UnknownPartition`) until the cache's next periodic refresh, minutes later: a partition added
+/// to a changelog since would fail that long. Such an answer is checked once against the broker's
+/// metadata, which refreshes the cache.
+pub fn log_bounds(
+    consumer: &ChangelogConsumer,
+    topic: &str,
+    partition: i32,
+) -> Result<(i64, i64), KafkaError> {
+    let bounds = consumer.fetch_watermarks(topic, partition, WATERMARK_TIMEOUT);
+    match bounds {
+        Err(KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownPartition)) => {
+            if consumer
+                .fetch_metadata(Some(topic), METADATA_TIMEOUT)
+                .is_err()
+            {
+                return bounds;
+            }
+            consumer.fetch_watermarks(topic, partition, WATERMARK_TIMEOUT)
+        }
+        bounds => bounds,
+    }
+}
+
 /// Every partition of `topic`, or an error that says why there are none (missing topic).
 pub fn partitions_of<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,

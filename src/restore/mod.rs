@@ -9,6 +9,7 @@ mod turns;
 mod worker;
 
 use rdkafka::message::Message;
+use std::collections::BTreeSet;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +23,10 @@ use crate::observe::status::{Board, PartitionState, PartitionStatus};
 use crate::store::{BackgroundThreads, StoreOptions, StorePaths, TopicPartition};
 use tasks::{blocking, Stop, StopHandle, Tasks};
 use worker::Worker;
+
+/// How often a changelog's partitions are listed again once its store runs: `mode: all` restores
+/// partitions added to it, group mode counts what the group should own.
+const LIST_PARTITIONS_EVERY: Duration = Duration::from_secs(30);
 
 /// How often the consumers' main queues are served (statistics and error callbacks).
 const MAIN_QUEUE_EVERY: Duration = Duration::from_millis(100);
@@ -304,12 +309,55 @@ impl StoreSetup {
         let Some(partitions) = self.resolve_partitions().await else {
             return;
         };
-        for partition in partitions {
+        let mut started = BTreeSet::new();
+        self.start_added(&partitions, &mut started);
+        self.launcher.board.store_resolved(&self.store.name);
+        if self.store.partitions.is_none() {
+            self.follow_added_partitions(started).await;
+        }
+    }
+
+    /// Starts each partition of `listed` not started yet; returns how many.
+    fn start_added(&self, listed: &[i32], started: &mut BTreeSet<i32>) -> usize {
+        let added = policy::added_partitions(started, listed);
+        for &partition in &added {
             // The engine's own stop ends the partition; its handle is not needed.
             drop(self.launcher.start(&self.store, partition));
+            started.insert(partition);
         }
-        self.launcher.board.store_resolved(&self.store.name);
-        self.launcher.check_descriptors();
+        if !added.is_empty() {
+            self.launcher.check_descriptors();
+        }
+        added.len()
+    }
+
+    /// "Every partition of the topic" stays true when partitions are added to the changelog: it is
+    /// listed again every `LIST_PARTITIONS_EVERY` and each new partition is restored, so /readyz
+    /// waits for it rather than answering ready without it. A listing that fails changes nothing:
+    /// a deleted changelog already fails each of its partitions.
+    async fn follow_added_partitions(&self, mut started: BTreeSet<i32>) {
+        let stop = &self.launcher.stop;
+        while !stop.sleep(LIST_PARTITIONS_EVERY).await {
+            let (consumer, topic) = (self.launcher.tailing.clone(), self.store.changelog.clone());
+            let listed = tokio::select! {
+                listed = blocking(move || consumers::partitions_of(&consumer, &topic)) => listed,
+                // Shutdown does not wait for a lookup that an outage holds up.
+                _ = stop.requested() => return,
+            };
+            match listed {
+                Ok(listed) => {
+                    let added = self.start_added(&listed, &mut started);
+                    if added > 0 {
+                        tracing::info!(store = %self.store.name, topic = %self.store.changelog,
+                            added, partitions = started.len(),
+                            "the changelog has new partitions; restoring them");
+                    }
+                }
+                Err(error) => {
+                    tracing::debug!(store = %self.store.name, %error, "cannot list the changelog's partitions again")
+                }
+            }
+        }
     }
 
     async fn resolve_partitions(&self) -> Option<Vec<i32>> {

@@ -193,9 +193,6 @@ impl Rebalance for Ownership {
     }
 }
 
-/// How often the member counts the partitions of the changelogs it subscribes to.
-const COUNT_PARTITIONS_EVERY: Duration = Duration::from_secs(30);
-
 /// Every partition of the subscribed changelogs: what the members of the group should own between
 /// them. A partition that nobody owns shows on no member, so each member exports this count and an
 /// alert compares it with the sum of what the members were assigned. `None` if a changelog cannot
@@ -265,7 +262,7 @@ pub(super) fn join(
         .spawn(move || {
             let mut counted: Option<Instant> = None;
             while !stop.is_requested() {
-                if counted.is_none_or(|at| at.elapsed() >= COUNT_PARTITIONS_EVERY) {
+                if counted.is_none_or(|at| at.elapsed() >= super::LIST_PARTITIONS_EVERY) {
                     counted = Some(Instant::now());
                     let stores = &ownership.launcher.config.stores;
                     if let Some(total) =

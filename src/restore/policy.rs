@@ -3,6 +3,7 @@
 //! the last record (transaction markers), so nothing assumes `last record + 1 == end`.
 
 use rdkafka::error::RDKafkaErrorCode;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// Caught up when the consumer position has reached the end offset. The position is where the next
@@ -143,6 +144,20 @@ pub fn partition_budget(max_uncommitted_bytes: u64, partitions: usize, turn_byte
 /// Exponential backoff for retries of a failed partition: 1 s, 2 s, 4 s ... capped at 30 s.
 pub fn backoff(attempt: u32) -> Duration {
     Duration::from_secs(1u64 << attempt.min(5)).min(Duration::from_secs(30))
+}
+
+/// The partitions of a changelog listed now that were not started before, in order: those added
+/// to the changelog since. A partition no longer listed stays started; its worker shows why it
+/// cannot read it.
+pub fn added_partitions(started: &BTreeSet<i32>, listed: &[i32]) -> Vec<i32> {
+    let mut added: Vec<i32> = listed
+        .iter()
+        .copied()
+        .filter(|p| !started.contains(p))
+        .collect();
+    added.sort_unstable();
+    added.dedup();
+    added
 }
 
 /// Fraction of the current catch-up done: measured from where it started to the end offset seen
@@ -434,6 +449,19 @@ mod tests {
         assert_eq!(backoff(4), Duration::from_secs(16));
         assert_eq!(backoff(5), Duration::from_secs(30));
         assert_eq!(backoff(100), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn only_partitions_not_started_yet_are_added() {
+        let started = BTreeSet::from([0, 1]);
+        assert_eq!(added_partitions(&BTreeSet::new(), &[1, 0]), vec![0, 1]);
+        assert_eq!(added_partitions(&started, &[0, 1]), Vec::<i32>::new());
+        assert_eq!(added_partitions(&started, &[2, 0, 1, 3]), vec![2, 3]);
+        assert_eq!(
+            added_partitions(&started, &[0]),
+            Vec::<i32>::new(),
+            "none taken away"
+        );
     }
 
     #[test]

@@ -17,7 +17,7 @@ use super::tasks::{blocking, Stop};
 use super::turns::{Turn, Turns};
 use crate::config::RestoreConfig;
 use crate::kafka::batch::BatchQueue;
-use crate::kafka::consumers::ChangelogConsumer;
+use crate::kafka::consumers::{self, ChangelogConsumer};
 use crate::kafka::statistics::{EngineContext, Watermarks};
 use crate::observe::status::{PartitionState, PartitionStatus};
 use crate::store::dirty::{LogBounds, WipeReason};
@@ -32,7 +32,6 @@ const IDLE_LOOK_EVERY: Duration = Duration::from_secs(2);
 static IDLE_LOOK_EPOCH: OnceLock<tokio::time::Instant> = OnceLock::new();
 /// How often a partition waiting for the log's offsets checks whether Kafka is known to be down.
 const OUTAGE_LOOK_EVERY: Duration = Duration::from_secs(1);
-const WATERMARK_TIMEOUT: Duration = Duration::from_secs(10);
 
 mod failure;
 mod records;
@@ -189,8 +188,7 @@ impl Worker {
     /// `fetch.wait.max.ms`, which every open queued behind (8 opens a second at 1,000 partitions).
     async fn bounds(&self) -> Result<LogBounds, Failure> {
         let (consumer, tp) = (self.catching_up.clone(), self.tp.clone());
-        let request =
-            blocking(move || consumer.fetch_watermarks(&tp.topic, tp.partition, WATERMARK_TIMEOUT));
+        let request = blocking(move || consumers::log_bounds(&consumer, &tp.topic, tp.partition));
         tokio::pin!(request);
         let answer = loop {
             tokio::select! {

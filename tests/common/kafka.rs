@@ -6,7 +6,9 @@
 //! them); certificates are made with `openssl` for each start; the SCRAM user is created when the
 //! storage is formatted. docs/testing.md says how to run the same broker by hand.
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication, TopicResult};
+use rdkafka::admin::{
+    AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication, TopicResult,
+};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -260,7 +262,22 @@ log.cleaner.dedupe.buffer.size=16777216
             "create",
             runtime.block_on(admin.create_topics([&new], &options)),
         );
-        // Leadership is ready when metadata names a leader for every partition.
+        self.wait_for_leaders(topic, partitions);
+    }
+
+    /// Gives a topic more partitions, `partitions` in all.
+    pub fn add_partitions(&self, topic: &str, partitions: i32) {
+        let (admin, options, runtime) = self.admin();
+        let new = NewPartitions::new(topic, partitions as usize);
+        all_done(
+            "add partitions",
+            runtime.block_on(admin.create_partitions([&new], &options)),
+        );
+        self.wait_for_leaders(topic, partitions);
+    }
+
+    /// Leadership is ready when metadata names a leader for every partition.
+    fn wait_for_leaders(&self, topic: &str, partitions: i32) {
         let consumer: BaseConsumer = self.client_config(Listener::Plaintext).create().unwrap();
         super::wait_until("the topic's leaders", Duration::from_secs(30), || {
             consumer

@@ -96,6 +96,16 @@ impl Broker {
         }
     }
 
+    /// Gives a topic of the real broker more partitions, `partitions` in all. The test producer
+    /// reads the topic's metadata again: librdkafka's cache would refuse the new partitions.
+    pub fn add_partitions(&self, topic: &str, partitions: i32) {
+        kafka::kafka().add_partitions(topic, partitions);
+        self.producer
+            .client()
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .expect("the topic's metadata");
+    }
+
     /// Produces one record and waits for it, so offsets follow the order of calls.
     pub fn send(&mut self, topic: &str, partition: i32, key: Option<&[u8]>, value: Option<&[u8]>) {
         self.send_at(topic, partition, key, value, None)
