@@ -107,7 +107,7 @@ fn run(config: Config) -> anyhow::Result<()> {
     })
 }
 
-/// Stops the service, or exits 1 at once on a second SIGTERM or SIGINT. Stores not yet closed
+/// Stops the service, or exits 1 at once on a second SIGTERM, SIGINT or SIGHUP. Stores not yet closed
 /// are left as a crash leaves them (status 1), which the next start resumes or wipes under
 /// `on_unclean_shutdown`: the commit protocol keeps them consistent.
 async fn stop_unless_signalled_again(service: Service) {

@@ -144,7 +144,7 @@ impl Service {
                 _ = tokio::time::sleep(STOP_REPORT_EVERY) => tracing::warn!(
                     unfinished = progress.unfinished(),
                     "stopping: store partitions are still committing, flushing and closing; a \
-                     SIGTERM or SIGINT now exits at once and leaves them as a crash would"
+                     SIGTERM, SIGINT or SIGHUP now exits at once and leaves them as a crash would"
                 ),
             }
         };
@@ -160,19 +160,27 @@ impl Service {
     }
 }
 
-/// Resolves on SIGTERM or SIGINT.
+/// Resolves on SIGTERM, SIGINT or SIGHUP. SIGHUP (the terminal of a foreground process closing)
+/// would otherwise end the process as SIGKILL does, leaving every store open: under
+/// `on_unclean_shutdown: wipe` the next start would rebuild them all.
 pub async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
+    let (term, hangup) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    );
+    let received = |signal: Result<tokio::signal::unix::Signal, _>| async move {
+        match signal {
+            Ok(mut signal) => {
+                signal.recv().await;
             }
+            Err(_) => std::future::pending().await,
         }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
+    };
+    tokio::select! {
+        _ = received(term) => {}
+        _ = received(hangup) => {}
+        _ = tokio::signal::ctrl_c() => {}
     }
     tracing::info!("shutdown requested; closing stores");
 }

@@ -175,6 +175,26 @@ fn sigkill_with_the_wipe_policy_rebuilds_and_says_why() {
     }
 }
 
+/// A closing terminal sends SIGHUP, which ended the process as SIGKILL does: under the wipe
+/// policy the next start rebuilt every store. It now closes them as SIGTERM does.
+#[test]
+fn sighup_closes_every_store_cleanly() {
+    let (warm, child) = Warm::start("hangup", 2, 300, "  on_unclean_shutdown: wipe\n");
+    assert_eq!(
+        child.stop_with(libc::SIGHUP, Duration::from_secs(10)),
+        Some(0)
+    );
+    let child = warm.restart();
+    assert_eq!(child.stop(Duration::from_secs(10)), Some(0));
+    let text = warm.log();
+    assert!(!text.contains("wiping store"), "{text}");
+    for p in 0..2 {
+        let (applied, data) = read_store(&warm.dir.path().join("state"), "s", "hangup", p);
+        assert_eq!(applied, Some(299));
+        assert_eq!(data, warm.broker.model("hangup", p, 0));
+    }
+}
+
 /// Ready means the restore survives a kill: a partition shows it has reached the end only once its
 /// first catch-up is flushed (with the WAL off, only flushed commits survive). Found by the group
 /// test that kills a member as soon as the group has settled: its position reached the end before

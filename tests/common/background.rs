@@ -53,8 +53,13 @@ impl Running {
 
     /// SIGTERM, then the exit code once the process has exited; panics if it takes longer than
     /// `within`.
-    pub fn stop(mut self, within: Duration) -> Option<i32> {
-        unsafe { libc::kill(self.id() as i32, libc::SIGTERM) };
+    pub fn stop(self, within: Duration) -> Option<i32> {
+        self.stop_with(libc::SIGTERM, within)
+    }
+
+    /// `stop` with another signal.
+    pub fn stop_with(mut self, signal: libc::c_int, within: Duration) -> Option<i32> {
+        unsafe { libc::kill(self.id() as i32, signal) };
         let started = std::time::Instant::now();
         while started.elapsed() < within {
             if let Some(status) = self.try_wait().unwrap() {
@@ -62,7 +67,7 @@ impl Running {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        panic!("the process did not exit within {within:?} of SIGTERM");
+        panic!("the process did not exit within {within:?} of signal {signal}");
     }
 }
 
