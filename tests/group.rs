@@ -722,3 +722,65 @@ fn a_missing_changelog_fails_its_store_until_it_is_created() {
     assert_eq!(members[0].stop(), Some(0));
     assert_stores_equal_the_model(&members, &owners, &changelogs);
 }
+
+/// Two processes given one instance id (a copied `WARMSTORE_INSTANCE_ID`, say): when the second
+/// joins, the group fences the first, and librdkafka ends its member for good. The first went on
+/// tailing every partition and answering ready, out of the group for ever, with only a log line
+/// saying so. It now closes its stores (kept, as on a revoke) and answers 503 saying why; the
+/// second owns everything.
+#[test]
+fn a_member_fenced_by_another_with_its_instance_id_lets_go_and_says_so() {
+    let changelogs = Changelogs::with_partitions("fenced", 2);
+    let all = changelogs.all();
+    let (first_root, second_root) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut first = Member::new(
+        first_root.path(),
+        &changelogs,
+        "fenced-standby",
+        "pod-0",
+        "10m",
+    );
+    first.start();
+    let mut members = vec![first];
+    wait_settled(&members, &all);
+    let mut second = Member::new(
+        second_root.path(),
+        &changelogs,
+        "fenced-standby",
+        "pod-0",
+        "10m",
+    );
+    second.start();
+    let first = &members[0];
+    wait_until("the fenced member's /readyz saying why", SETTLE, || {
+        let (code, body) = http_get(&first.addr, "/readyz");
+        code == 503 && body.contains("out of consumer group fenced-standby")
+    });
+    let (_, stores) = http_get(&first.addr, "/stores");
+    let stores: serde_json::Value = serde_json::from_str(&stores).unwrap();
+    let states: Vec<&str> = stores["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["unassigned"; 4], "{}", first.report());
+    assert!(
+        first.metric("warmstore_rebalances_total", &[("kind", "error")]) >= Some(1.0),
+        "{}",
+        first.report()
+    );
+    let mut fenced = members.remove(0);
+    members.push(second);
+    let owners = wait_settled(&members, &all);
+    assert_eq!(fenced.stop(), Some(0), "{}", fenced.log_text());
+    assert_eq!(members[0].stop(), Some(0), "{}", members[0].log_text());
+    assert_stores_equal_the_model(&members, &owners, &changelogs);
+    // The fenced member's stores were closed cleanly and hold what they had restored.
+    for (topic, partition) in &all {
+        let store = changelogs.store_of(topic);
+        let (applied, data) = read_store(&fenced.state_dir(), store, topic, *partition);
+        assert_eq!(applied, Some(RECORDS as i64 - 1), "{store}-{partition}");
+        assert_eq!(data, changelogs.broker.model(topic, *partition, 0));
+    }
+}

@@ -57,7 +57,14 @@ pub type GroupMember = BaseConsumer<MemberContext>;
 impl ClientContext for MemberContext {
     fn error(&self, error: KafkaError, reason: &str) {
         if let Some(repeats_not_logged) = self.warnings.due_now(&error.to_string()) {
-            tracing::warn!(%error, reason, repeats_not_logged, "consumer group member: kafka client error; librdkafka retries on its own");
+            // librdkafka's own wording; a fatal error also reaches the member's poll, where it
+            // ends the member.
+            let next = if reason.starts_with("Fatal") {
+                "fatal: the member ends"
+            } else {
+                "librdkafka retries on its own"
+            };
+            tracing::warn!(%error, reason, repeats_not_logged, "consumer group member: kafka client error; {next}");
         }
     }
 }

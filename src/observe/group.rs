@@ -47,6 +47,9 @@ pub struct GroupView {
     pub last_rebalance: Option<Instant>,
     /// The last error of the member or of a rebalance, cleared by the next assignment.
     pub error: Option<String>,
+    /// Why librdkafka ended the member for good (a fatal error), if it did: the process is out of
+    /// the group until it restarts.
+    pub ended: Option<String>,
 }
 
 impl GroupView {
@@ -81,6 +84,13 @@ impl GroupView {
         self.error = Some(error);
     }
 
+    /// The member is gone for good and holds nothing; only a restart joins again.
+    pub fn ended(&mut self, error: String) {
+        self.count(RebalanceKind::Error);
+        self.assigned = None;
+        self.ended = Some(error);
+    }
+
     pub fn rebalances(&self, kind: RebalanceKind) -> u64 {
         self.rebalances[kind as usize]
     }
@@ -88,6 +98,12 @@ impl GroupView {
     /// Why the process is not ready as a member, if it is not: it has no assignment yet. A member
     /// assigned nothing is ready (`idle_note` says why it holds nothing).
     pub fn not_ready_reason(&self) -> Option<String> {
+        if let Some(ended) = &self.ended {
+            return Some(format!(
+                "out of consumer group {}: the member ended ({ended}); it holds nothing and joins again only when the process restarts",
+                self.group_id
+            ));
+        }
         if self.assigned.is_some() {
             return None;
         }
@@ -143,5 +159,18 @@ mod tests {
         group.assigned(vec![("t".into(), 3)]);
         assert_eq!(group.idle_note(), None);
         assert_eq!(RebalanceKind::ALL.map(|k| group.rebalances(k)), [2, 1, 1]);
+    }
+
+    #[test]
+    fn an_ended_member_is_not_ready_and_says_why() {
+        let mut group = GroupView::new("standby", Some("pod-0"));
+        group.assigned(vec![("t".into(), 3)]);
+        assert_eq!(group.not_ready_reason(), None);
+        group.ended("FencedInstanceId".into());
+        let reason = group.not_ready_reason().unwrap();
+        assert!(reason.contains("out of consumer group standby"), "{reason}");
+        assert!(reason.contains("FencedInstanceId"), "{reason}");
+        assert_eq!(group.assigned, None);
+        assert_eq!(group.rebalances(RebalanceKind::Error), 1);
     }
 }

@@ -3,6 +3,7 @@
 //! tailed); a revoked one is committed, flushed and closed before the rebalance callback returns,
 //! then kept on disk for `keep_unassigned` so that it resumes if it comes back, and deleted after.
 
+use rdkafka::error::KafkaError;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -193,6 +194,25 @@ impl Rebalance for Ownership {
     }
 }
 
+impl Ownership {
+    /// librdkafka ended the member for good: a fatal error, which for a consumer means another
+    /// process joined with this one's instance id and the group fenced this one. No revoke comes,
+    /// and the group has handed the partitions to the other process, so every store is closed and
+    /// kept here as on a revoke. The member does not join again: with the same instance id it
+    /// would fence the other process in turn. Only a restart joins again.
+    fn ended(&self, error: String) {
+        tracing::error!(%error, "the consumer group ended this member; its stores are closed and kept, and it joins again only when the process restarts (is another process using the same instance_id?)");
+        let owned: Vec<(String, i32)> = self
+            .lock()
+            .running
+            .keys()
+            .map(|&(index, partition)| (self.stores()[index].changelog.clone(), partition))
+            .collect();
+        self.revoked(&owned);
+        self.launcher.board.with_group(|g| g.ended(error));
+    }
+}
+
 /// Every partition of the subscribed changelogs: what the members of the group should own between
 /// them. A partition that nobody owns shows on no member, so each member exports this count and an
 /// alert compares it with the sum of what the members were assigned. `None` if a changelog cannot
@@ -261,7 +281,14 @@ pub(super) fn join(
         .name("group-member".into())
         .spawn(move || {
             let mut counted: Option<Instant> = None;
+            let mut ended = false;
             while !stop.is_requested() {
+                if ended {
+                    // Kept stores still expire.
+                    std::thread::sleep(MEMBER_POLL);
+                    ownership.delete_expired(Instant::now());
+                    continue;
+                }
                 if counted.is_none_or(|at| at.elapsed() >= super::LIST_PARTITIONS_EVERY) {
                     counted = Some(Instant::now());
                     let stores = &ownership.launcher.config.stores;
@@ -271,9 +298,16 @@ pub(super) fn join(
                         board.with_group(|g| g.changelog_partitions = Some(total));
                     }
                 }
-                if let Some(Err(error)) = member.poll(MEMBER_POLL) {
-                    tracing::warn!(%error, "consumer group member");
-                    board.with_group(|g| g.error = Some(error.to_string()));
+                match member.poll(MEMBER_POLL) {
+                    Some(Err(error @ KafkaError::MessageConsumptionFatal(_))) => {
+                        ownership.ended(error.to_string());
+                        ended = true;
+                    }
+                    Some(Err(error)) => {
+                        tracing::warn!(%error, "consumer group member");
+                        board.with_group(|g| g.error = Some(error.to_string()));
+                    }
+                    _ => {}
                 }
                 ownership.delete_expired(Instant::now());
             }
