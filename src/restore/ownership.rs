@@ -130,6 +130,23 @@ impl Ownership {
             }
         }
     }
+
+    /// librdkafka ended the member for good: a fatal error, which for a consumer means another
+    /// process joined with this one's instance id and the group fenced this one. No revoke comes,
+    /// and the group has handed the partitions to the other process, so every store is closed and
+    /// kept here as on a revoke. The member does not join again: with the same instance id it
+    /// would fence the other process in turn. Only a restart joins again.
+    fn ended(&self, error: String) {
+        tracing::error!(%error, "the consumer group ended this member; its stores are closed and kept, and it joins again only when the process restarts (is another process using the same instance_id?)");
+        let owned: Vec<(String, i32)> = self
+            .lock()
+            .running
+            .keys()
+            .map(|&(index, partition)| (self.stores()[index].changelog.clone(), partition))
+            .collect();
+        self.revoked(&owned);
+        self.launcher.board.with_group(|g| g.ended(error));
+    }
 }
 
 impl Rebalance for Ownership {
@@ -191,25 +208,6 @@ impl Rebalance for Ownership {
     fn failed(&self, error: String) {
         tracing::warn!(%error, "the consumer group could not rebalance; librdkafka retries");
         self.launcher.board.with_group(|g| g.failed(error));
-    }
-}
-
-impl Ownership {
-    /// librdkafka ended the member for good: a fatal error, which for a consumer means another
-    /// process joined with this one's instance id and the group fenced this one. No revoke comes,
-    /// and the group has handed the partitions to the other process, so every store is closed and
-    /// kept here as on a revoke. The member does not join again: with the same instance id it
-    /// would fence the other process in turn. Only a restart joins again.
-    fn ended(&self, error: String) {
-        tracing::error!(%error, "the consumer group ended this member; its stores are closed and kept, and it joins again only when the process restarts (is another process using the same instance_id?)");
-        let owned: Vec<(String, i32)> = self
-            .lock()
-            .running
-            .keys()
-            .map(|&(index, partition)| (self.stores()[index].changelog.clone(), partition))
-            .collect();
-        self.revoked(&owned);
-        self.launcher.board.with_group(|g| g.ended(error));
     }
 }
 
