@@ -39,8 +39,10 @@ pub enum ExportError {
         path: PathBuf,
         source: rocksdb::Error,
     },
-    #[error("{path} holds no offset for {tp}: nothing committed yet to export")]
+    #[error("{path} holds no offset for {tp}: nothing committed yet to export, or the store was made for another changelog partition (`warmstore inspect` shows its offsets)")]
     NoOffset { path: PathBuf, tp: TopicPartition },
+    #[error("no store at {path}: this partition was never restored into this state directory")]
+    NoStore { path: PathBuf },
 }
 
 /// Where a copy went and the offset of the commit it holds.
@@ -92,9 +94,22 @@ pub fn export(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    if !source.db.exists() {
+        return Err(ExportError::NoStore {
+            path: source.db.clone(),
+        });
+    }
     let staging = parent.join(format!(".{name}.export"));
-    checkpoint(&source.db, &staging)?;
-    let applied = close_cleanly(&staging, target, tp, checkpoint_file)?;
+    // A copy that fails half way is not left in the application's state directory.
+    let applied = match checkpoint(&source.db, &staging)
+        .and_then(|()| close_cleanly(&staging, target, tp, checkpoint_file))
+    {
+        Ok(applied) => applied,
+        Err(error) => {
+            let _ = remove_dir(&staging);
+            return Err(error);
+        }
+    };
     install(&staging, &target.db)?;
     if checkpoint_file {
         let task_dir = parent.parent().unwrap_or(parent);
@@ -280,6 +295,48 @@ mod tests {
         );
         assert_eq!(parse_checkpoint(&checkpoint_text(&entries)), Some(entries));
         assert_eq!(checkpoint_text(&[]), "0\n0\n");
+    }
+
+    /// Found by hand: a partition listed in the config with no store on disk failed with
+    /// RocksDB's "No such file or directory ... CURRENT", and a copy without the partition's
+    /// offset (a store made for another changelog) left its staging directory in the target.
+    #[test]
+    fn an_export_that_cannot_copy_says_why_and_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let (source, target) = (dir.path().join("live"), dir.path().join("copy"));
+        let tp = TopicPartition::new("counts-changelog", 0);
+        let (from, to) = (
+            StorePaths::new(&source, "s", 0),
+            StorePaths::new(&target, "s", 0),
+        );
+        match export(&from, &to, &tp, &[], false) {
+            Err(ExportError::NoStore { path }) => assert_eq!(path, from.db),
+            other => panic!("expected no store, got {other:?}"),
+        }
+
+        // A store whose offsets are another changelog partition's.
+        let mut options = rocksdb::Options::default();
+        options.create_if_missing(true);
+        options.create_missing_column_families(true);
+        let db = DB::open_cf(&options, &from.db, from.kind.families()).unwrap();
+        let offsets = db.cf_handle(OFFSETS_CF).unwrap();
+        let other = TopicPartition::new("other-changelog", 0);
+        db.put_cf(offsets, other.offset_key(), encode_i64(5))
+            .unwrap();
+        drop(db);
+        match export(&from, &to, &tp, &[], false) {
+            Err(error @ ExportError::NoOffset { .. }) => {
+                assert!(error
+                    .to_string()
+                    .contains("made for another changelog partition"))
+            }
+            other => panic!("expected no offset, got {other:?}"),
+        }
+        let left: Vec<_> = fs::read_dir(to.db.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "left in the target: {left:?}");
     }
 
     #[test]
