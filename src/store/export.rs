@@ -79,6 +79,12 @@ pub fn export(
     locks: &[PathBuf],
     checkpoint_file: bool,
 ) -> Result<Exported, ExportError> {
+    // Checked before anything is written to the target.
+    if !source.db.exists() {
+        return Err(ExportError::NoStore {
+            path: source.db.clone(),
+        });
+    }
     for path in locks.iter().chain([&target.db.join("LOCK")]) {
         if let Some(pid) = lock::fcntl_lock_holder(path).map_err(io(path))? {
             return Err(ExportError::InUse {
@@ -94,11 +100,6 @@ pub fn export(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    if !source.db.exists() {
-        return Err(ExportError::NoStore {
-            path: source.db.clone(),
-        });
-    }
     let staging = parent.join(format!(".{name}.export"));
     // A copy that fails half way is not left in the application's state directory.
     let applied = match checkpoint(&source.db, &staging)
