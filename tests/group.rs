@@ -154,7 +154,7 @@ stores:
     fn start(&mut self) {
         let from = std::fs::metadata(&self.log).map_or(0, |m| m.len());
         let mut child = Running::warmstore_run(&self.config, &self.log);
-        self.addr = served_address(&mut child, &self.log, from);
+        self.addr = child.served_address(&self.log, from);
         self.child = Some(child);
     }
 
@@ -264,25 +264,6 @@ stores:
             tail.join("\n")
         )
     }
-}
-
-/// The address `warmstore run` serves on, from its log line `serving ... http_addr=ADDR`
-/// written after byte `from`; panics with the log if the process exits first.
-fn served_address(child: &mut Running, log: &Path, from: u64) -> String {
-    let served = poll_until(Duration::from_secs(60), || {
-        if let Some(status) = child.try_wait().unwrap() {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            panic!("warmstore exited ({status}) before serving:\n{text}");
-        }
-        let text = std::fs::read(log).unwrap_or_default();
-        let new = String::from_utf8_lossy(text.get(from as usize..).unwrap_or_default());
-        new.lines()
-            .find(|l| l.contains("serving /metrics"))
-            .and_then(|l| l.split("http_addr=").nth(1))
-            .and_then(|rest| rest.split_whitespace().next())
-            .map(str::to_string)
-    });
-    served.expect("warmstore serves within 60 s")
 }
 
 /// Every running member is ready, and their assignments split `all` between them exactly once.

@@ -1,6 +1,7 @@
 //! Against a real Apache Kafka broker: every changelog codec, exactly-once changelogs with aborted
 //! transactions, compaction, TLS with a client certificate, SASL SCRAM over TLS, wrong credentials,
-//! and batches that cannot be decoded. The mock cluster models none of these.
+//! a principal allowed only to read, and batches that cannot be decoded. The mock cluster models
+//! none of these.
 
 mod common;
 
@@ -479,4 +480,69 @@ fn a_partition_added_to_a_changelog_is_restored() {
         assert_eq!(applied, Some(last), "partition {p}: applied offset");
         assert_eq!(data, broker.model(topic, p, 0), "partition {p}");
     }
+}
+
+/// A platform team grants warmstore's principal Read on its changelogs and nothing more, as Kafka
+/// Streams' restore consumer needs. Before the grant the store fails with the broker's reason;
+/// after it, the store catches up on its next retry. librdkafka looks up the coordinator of the
+/// engine consumers' placeholder `group.id`, which the broker refuses; those consumers never use
+/// the group, so the refusal must not read as a fault in the log or in a failure's reason.
+#[test]
+fn a_principal_allowed_only_to_read_its_changelog_restores_it() {
+    use common::background::Running;
+    use common::kafka::READER_USER;
+    let topic = "read-only-principal";
+    let mut broker = Broker::real(&[]);
+    broker.create_topic(topic, 2);
+    broker.produce_changelog(topic, 2, 500, 21);
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().join("state");
+    let kafka_lines: String = kafka()
+        .client_properties(Listener::SaslSslReader)
+        .iter()
+        .map(|(key, value)| format!("  {key}: {value}\n"))
+        .collect();
+    let config = dir.path().join("warmstore.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "kafka:\n{kafka_lines}state_dir: {}\nhttp:\n  listen: 127.0.0.1:0\nrestore:\n  ready_max_lag: 0\nstores:\n  - name: s\n    changelog: {topic}\n",
+            state_dir.display()
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("warmstore.log");
+    let mut child = Running::warmstore_run(&config, &log);
+    let addr = child.served_address(&log, 0);
+
+    let mut refused = String::new();
+    wait_until("the refusal in /readyz", Duration::from_secs(60), || {
+        let (status, body) = common::http_get(&addr, "/readyz");
+        refused = body;
+        status == 503 && refused.contains("TopicAuthorizationFailed")
+    });
+    kafka().allow(READER_USER, "READ", "TOPIC", topic);
+    wait_until("ready after the grant", Duration::from_secs(90), || {
+        common::http_get(&addr, "/readyz").0 == 200
+    });
+    assert_eq!(child.stop(Duration::from_secs(30)), Some(0));
+
+    for p in 0..2 {
+        let (applied, data) = read_store(&state_dir, "s", topic, p);
+        assert_eq!(applied, Some(499), "partition {p}: applied offset");
+        assert_eq!(data, broker.model(topic, p, 0), "partition {p}");
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let blamed: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("Group authorization"))
+        .collect();
+    assert!(
+        blamed.is_empty(),
+        "the unused group read as a fault: {blamed:#?}"
+    );
+    assert!(
+        !refused.contains("Group authorization"),
+        "/readyz blamed the unused group: {refused}"
+    );
 }

@@ -16,7 +16,8 @@ pub type ChangelogConsumer = BaseConsumer<EngineContext>;
 /// Defaults chosen for a standby that bulk-loads, then tails, with bounded memory. Every one can be
 /// overridden under `kafka:`.
 pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
-    // Required by librdkafka; never used to subscribe or commit.
+    // librdkafka assigns partitions only to a consumer with a group; this one is never joined or
+    // committed to (see `placeholder_group_refused`).
     ("group.id", "warmstore"),
     ("enable.auto.commit", "false"),
     ("enable.auto.offset.store", "false"),
@@ -86,6 +87,15 @@ pub fn create_consumers(
         Role::CatchingUp,
     )?;
     Ok((tailing, catching_up))
+}
+
+/// Whether `error` is the broker refusing the lookup of the engine consumers' `group.id`. librdkafka
+/// looks up the coordinator of a consumer's group even when it only assigns partitions, and a
+/// broker with ACLs refuses that unless the principal may describe the group. These consumers never
+/// join the group or commit to it, so the refusal costs nothing: it must not read as a fault, nor
+/// send a platform team to grant ACLs on a group that is never used.
+pub fn placeholder_group_refused(error: &KafkaError) -> bool {
+    error.rdkafka_error_code() == Some(RDKafkaErrorCode::GroupAuthorizationFailed)
 }
 
 /// The catching-up consumer's config: the same, with a short fetch wait.

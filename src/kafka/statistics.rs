@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32};
 use std::sync::{Arc, RwLock, Weak};
 
-use super::consumers::Role;
+use super::consumers::{placeholder_group_refused, Role};
 use crate::observe::logging::RepeatedWarnings;
 use crate::observe::status::Board;
 
@@ -224,6 +224,12 @@ impl ClientContext for EngineContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        if placeholder_group_refused(&error) {
+            if self.warnings.due_now(&error.to_string()).is_some() {
+                tracing::info!(reason, "the broker refuses the lookup of the consumers' placeholder group.id; harmless, they never join or commit to it");
+            }
+            return;
+        }
         if let Some(repeats_not_logged) = self.warnings.due_now(&error.to_string()) {
             tracing::warn!(%error, reason, repeats_not_logged, "kafka client error; librdkafka retries on its own");
         }

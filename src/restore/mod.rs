@@ -99,6 +99,8 @@ impl Engine {
                 while !stop.is_requested() {
                     while let Some(result) = consumer.poll(Duration::ZERO) {
                         match result {
+                            // The client's error callback has said why this one is harmless.
+                            Err(error) if consumers::placeholder_group_refused(&error) => {}
                             Err(error) => {
                                 if let Some(repeats_not_logged) =
                                     warnings.due_now(&error.to_string())

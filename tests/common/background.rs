@@ -51,6 +51,26 @@ impl Running {
         Running(child)
     }
 
+    /// The address the process serves on, from its log line `serving ... http_addr=ADDR` written
+    /// after byte `from` of `log`: a port picked before the start could go to another connection
+    /// meanwhile, so `http.listen` names port 0. Panics with the log if the process exits first.
+    pub fn served_address(&mut self, log: &Path, from: u64) -> String {
+        let served = super::poll_until(Duration::from_secs(60), || {
+            if let Some(status) = self.try_wait().unwrap() {
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                panic!("warmstore exited ({status}) before serving:\n{text}");
+            }
+            let text = std::fs::read(log).unwrap_or_default();
+            let new = String::from_utf8_lossy(text.get(from as usize..).unwrap_or_default());
+            new.lines()
+                .find(|l| l.contains("serving /metrics"))
+                .and_then(|l| l.split("http_addr=").nth(1))
+                .and_then(|rest| rest.split_whitespace().next())
+                .map(str::to_string)
+        });
+        served.expect("warmstore serves within 60 s")
+    }
+
     /// SIGTERM, then the exit code once the process has exited; panics if it takes longer than
     /// `within`.
     pub fn stop(self, within: Duration) -> Option<i32> {

@@ -22,6 +22,10 @@ use super::free_port;
 
 pub const SCRAM_USER: &str = "warmstore";
 pub const SCRAM_PASSWORD: &str = "scram-secret";
+/// A SCRAM user with no ACLs but those a test grants (`Kafka::allow`); every other client of the
+/// tests is a super user of the broker's authorizer.
+pub const READER_USER: &str = "reader";
+pub const READER_PASSWORD: &str = "reader-secret";
 /// The password of the client's private key (the TLS listener asks for a client certificate).
 pub const CLIENT_KEY_PASSWORD: &str = "client-key-secret";
 
@@ -46,6 +50,8 @@ pub enum Listener {
     Ssl,
     /// TLS, SASL SCRAM-SHA-512.
     SaslSsl,
+    /// The same, as `READER_USER`.
+    SaslSslReader,
 }
 
 static KAFKA: OnceLock<Kafka> = OnceLock::new();
@@ -98,6 +104,8 @@ ssl.truststore.location={d}/ca.pem
 listener.name.ssl.ssl.client.auth=required
 sasl.enabled.mechanisms=SCRAM-SHA-512
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:ANONYMOUS;User:{SCRAM_USER};User:CN=warmstore
 num.partitions=1
 auto.create.topics.enable=false
 offsets.topic.replication.factor=1
@@ -144,6 +152,10 @@ log.cleaner.dedupe.buffer.size=16777216
             .arg("--add-scram")
             .arg(format!(
                 "SCRAM-SHA-512=[name={SCRAM_USER},password={SCRAM_PASSWORD}]"
+            ))
+            .arg("--add-scram")
+            .arg(format!(
+                "SCRAM-SHA-512=[name={READER_USER},password={READER_PASSWORD}]"
             ))
             .output()
             .expect("java runs (Java 17; ./x test installs it)");
@@ -230,14 +242,21 @@ log.cleaner.dedupe.buffer.size=16777216
                 ("ssl.key.location", file("client.key")),
                 ("ssl.key.password", CLIENT_KEY_PASSWORD.into()),
             ],
-            Listener::SaslSsl => vec![
-                ("bootstrap.servers", self.sasl_ssl.clone()),
-                ("security.protocol", "SASL_SSL".into()),
-                ("ssl.ca.location", file("ca.pem")),
-                ("sasl.mechanism", "SCRAM-SHA-512".into()),
-                ("sasl.username", SCRAM_USER.into()),
-                ("sasl.password", SCRAM_PASSWORD.into()),
-            ],
+            Listener::SaslSsl | Listener::SaslSslReader => {
+                let (user, password) = if listener == Listener::SaslSsl {
+                    (SCRAM_USER, SCRAM_PASSWORD)
+                } else {
+                    (READER_USER, READER_PASSWORD)
+                };
+                vec![
+                    ("bootstrap.servers", self.sasl_ssl.clone()),
+                    ("security.protocol", "SASL_SSL".into()),
+                    ("ssl.ca.location", file("ca.pem")),
+                    ("sasl.mechanism", "SCRAM-SHA-512".into()),
+                    ("sasl.username", user.into()),
+                    ("sasl.password", password.into()),
+                ]
+            }
         };
         pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
     }
@@ -301,6 +320,23 @@ log.cleaner.dedupe.buffer.size=16777216
                 .fetch_metadata(Some(topic), Duration::from_secs(5))
                 .is_ok_and(|m| m.topics().iter().all(|t| t.error().is_some()))
         });
+    }
+
+    /// Allows `user` the ACL operation (READ, DESCRIBE, ...) on a literal resource (TOPIC, GROUP),
+    /// as a platform team does with `kafka-acls`. rust-rdkafka has no ACL calls, so Python's
+    /// confluent-kafka makes it (./x test installs it with quixstreams).
+    pub fn allow(&self, user: &str, operation: &str, resource_type: &str, name: &str) {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/allow.py");
+        let output = Command::new("python3")
+            .arg(script)
+            .args([&self.plaintext, user, operation, resource_type, name])
+            .output()
+            .expect("python3 runs (./x test puts confluent-kafka in target/test-venv)");
+        assert!(
+            output.status.success(),
+            "granting {operation} on {resource_type} {name} to {user}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
 
     fn admin(
