@@ -51,7 +51,7 @@ pub(super) enum KafkaFailure {
         source: KafkaError,
     },
     /// An error on the partition's queue that may stand for records librdkafka skipped.
-    #[error("cannot consume {tp} after offset {}: {source}; the store keeps every record before it and the partition is retried from there", after.map_or("none".to_string(), |o| o.to_string()))]
+    #[error("cannot consume {tp} {}: {source}; the store keeps every record before it and the partition is retried from there", after.map_or("from where its store is".to_string(), |o| format!("after offset {o}")))]
     Consume {
         tp: TopicPartition,
         after: Option<i64>,
