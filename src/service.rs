@@ -46,6 +46,8 @@ fn listed(what: &str, not_ready: &[NotReady]) -> String {
             (Some(topic), Some(partition)) => {
                 format!("store {} ({topic}-{partition}): {}", n.store, n.reason)
             }
+            // The process as a whole: its consumer group.
+            _ if n.store.is_empty() => n.reason.clone(),
             _ => format!("store {}: {}", n.store, n.reason),
         })
         .collect();

@@ -482,6 +482,26 @@ fn a_partition_added_to_a_changelog_is_restored() {
     }
 }
 
+/// A config file for one store of `topic`, read as `READER_USER` (who has only the ACLs a test
+/// grants), with `extra` top-level sections; the stores go under `dir/state`.
+fn reader_config(dir: &std::path::Path, topic: &str, extra: &str) -> std::path::PathBuf {
+    let kafka_lines: String = kafka()
+        .client_properties(Listener::SaslSslReader)
+        .iter()
+        .map(|(key, value)| format!("  {key}: {value}\n"))
+        .collect();
+    let config = dir.join("warmstore.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "kafka:\n{kafka_lines}state_dir: {}\nhttp:\n  listen: 127.0.0.1:0\nrestore:\n  ready_max_lag: 0\n{extra}stores:\n  - name: s\n    changelog: {topic}\n",
+            dir.join("state").display()
+        ),
+    )
+    .unwrap();
+    config
+}
+
 /// A platform team grants warmstore's principal Read on its changelogs and nothing more, as Kafka
 /// Streams' restore consumer needs. Before the grant the store fails with the broker's reason;
 /// after it, the store catches up on its next retry. librdkafka looks up the coordinator of the
@@ -497,20 +517,7 @@ fn a_principal_allowed_only_to_read_its_changelog_restores_it() {
     broker.produce_changelog(topic, 2, 500, 21);
     let dir = tempfile::tempdir().unwrap();
     let state_dir = dir.path().join("state");
-    let kafka_lines: String = kafka()
-        .client_properties(Listener::SaslSslReader)
-        .iter()
-        .map(|(key, value)| format!("  {key}: {value}\n"))
-        .collect();
-    let config = dir.path().join("warmstore.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "kafka:\n{kafka_lines}state_dir: {}\nhttp:\n  listen: 127.0.0.1:0\nrestore:\n  ready_max_lag: 0\nstores:\n  - name: s\n    changelog: {topic}\n",
-            state_dir.display()
-        ),
-    )
-    .unwrap();
+    let config = reader_config(dir.path(), topic, "");
     let log = dir.path().join("warmstore.log");
     let mut child = Running::warmstore_run(&config, &log);
     let addr = child.served_address(&log, 0);
@@ -545,4 +552,51 @@ fn a_principal_allowed_only_to_read_its_changelog_restores_it() {
         !refused.contains("Group authorization"),
         "/readyz blamed the unused group: {refused}"
     );
+}
+
+/// `warmstore restore` as an init container in group mode, its principal allowed to read the
+/// changelog but not yet to use the group: librdkafka would ask for ever, so the restore exits 1
+/// at once with the broker's answer rather than hang until its timeout. With the group granted it
+/// warms the stores and exits 0.
+#[test]
+fn a_group_restore_refused_by_the_broker_exits_with_the_reason() {
+    use common::kafka::READER_USER;
+    let topic = "read-only-group";
+    let mut broker = Broker::real(&[]);
+    broker.create_topic(topic, 2);
+    broker.produce_changelog(topic, 2, 300, 22);
+    kafka().allow(READER_USER, "READ", "TOPIC", topic);
+    let dir = tempfile::tempdir().unwrap();
+    let config = reader_config(
+        dir.path(),
+        topic,
+        &format!("assignment:\n  mode: group\n  group_id: {topic}\n"),
+    );
+    let restore = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_warmstore"))
+            .args(["restore", "--timeout", "20s", "--config"])
+            .arg(&config)
+            .output()
+            .expect("warmstore runs")
+    };
+
+    let refused = restore();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    let last = stderr.lines().rev().take(3).collect::<Vec<_>>().join("\n");
+    assert!(last.contains("GroupAuthorizationFailed"), "{last}");
+    assert!(
+        !last.contains("not warm after"),
+        "waited for its timeout: {last}"
+    );
+
+    kafka().allow(READER_USER, "READ", "GROUP", topic);
+    let granted = restore();
+    let stderr = String::from_utf8_lossy(&granted.stderr);
+    assert_eq!(granted.status.code(), Some(0), "{stderr}");
+    for p in 0..2 {
+        let (applied, data) = read_store(&dir.path().join("state"), "s", topic, p);
+        assert_eq!(applied, Some(299), "partition {p}: applied offset");
+        assert_eq!(data, broker.model(topic, p, 0), "partition {p}");
+    }
 }

@@ -11,7 +11,7 @@
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, TopicPartitionList};
 use std::collections::BTreeMap;
@@ -35,6 +35,18 @@ const STATIC_SESSION_TIMEOUT_MS: &str = "60000";
 /// How often the member looks at the subscribed changelogs' metadata: as often as it counts their
 /// partitions, so that one created late is assigned about when its stores stop showing failed.
 const SUBSCRIBED_TOPICS_REFRESH_MS: &str = "30000";
+
+/// Whether the broker denied the member outright: no ACL for its group or for a changelog it
+/// subscribes to. librdkafka goes on asking, and only a grant helps, so a one-shot restore stops
+/// waiting for an assignment that cannot come.
+pub fn refused(error: &KafkaError) -> bool {
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::GroupAuthorizationFailed | RDKafkaErrorCode::TopicAuthorizationFailed
+        )
+    )
+}
 
 /// What the engine does when the group moves partitions. Both calls block until it is done.
 pub trait Rebalance: Send + Sync + 'static {

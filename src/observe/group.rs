@@ -47,6 +47,10 @@ pub struct GroupView {
     pub last_rebalance: Option<Instant>,
     /// The last error of the member or of a rebalance, cleared by the next assignment.
     pub error: Option<String>,
+    /// The broker denied the member, as of its last error (no ACL for the group or a changelog).
+    /// Cleared by the next assignment.
+    #[serde(skip)]
+    pub refused: bool,
     /// Why librdkafka ended the member for good (a fatal error), if it did: the process is out of
     /// the group until it restarts.
     pub ended: Option<String>,
@@ -70,6 +74,7 @@ impl GroupView {
         self.count(RebalanceKind::Assign);
         self.assigned = Some(partitions);
         self.error = None;
+        self.refused = false;
     }
 
     /// Until the next assignment the process holds nothing, and is not ready: the group is
@@ -77,6 +82,18 @@ impl GroupView {
     pub fn revoked(&mut self) {
         self.count(RebalanceKind::Revoke);
         self.assigned = None;
+    }
+
+    /// An error of the member itself, outside a rebalance; `refused` when the broker denied it.
+    pub fn member_error(&mut self, error: String, refused: bool) {
+        self.error = Some(error);
+        self.refused = refused;
+    }
+
+    /// Partitions cannot come without someone acting: the member ended, or the broker refuses it.
+    /// `warmstore restore` then exits rather than wait.
+    pub fn stuck(&self) -> bool {
+        self.ended.is_some() || self.refused
     }
 
     pub fn failed(&mut self, error: String) {

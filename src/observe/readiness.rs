@@ -5,7 +5,6 @@
 
 use serde::Serialize;
 
-use super::group::GroupView;
 use super::status::{Board, PartitionSnapshot, PartitionState};
 
 /// One partition (or store) that keeps `/readyz` at 503, and why.
@@ -80,14 +79,16 @@ impl Board {
             }
         }
         let group = self.group();
-        if let Some(reason) = group.as_ref().and_then(GroupView::not_ready_reason) {
-            not_ready.push(NotReady {
-                store: String::new(),
-                topic: None,
-                partition: None,
-                reason,
-                failed: false,
-            });
+        if let Some(group) = &group {
+            if let Some(reason) = group.not_ready_reason() {
+                not_ready.push(NotReady {
+                    store: String::new(),
+                    topic: None,
+                    partition: None,
+                    reason,
+                    failed: group.stuck(),
+                });
+            }
         }
         let partitions = self.partitions();
         for status in &partitions {
@@ -261,6 +262,30 @@ mod tests {
         }
         status.set_state(PartitionState::CaughtUp, None);
         board.set_store_error("a", Some("topic gone".into()));
+        assert!(matches!(board.readiness(10).warm_up(), WarmUp::Failed(_)));
+    }
+
+    #[test]
+    fn a_one_shot_restore_waits_out_a_group_error_but_not_a_refusal_or_an_end() {
+        use crate::observe::group::GroupView;
+        let board = Board::default();
+        board.join_group(GroupView::new("standby", None));
+        assert_eq!(board.readiness(10).warm_up(), WarmUp::Restoring);
+        board.with_group(|g| g.member_error("coordinator not available".into(), false));
+        assert_eq!(board.readiness(10).warm_up(), WarmUp::Restoring);
+        board.with_group(|g| g.member_error("GroupAuthorizationFailed".into(), true));
+        match board.readiness(10).warm_up() {
+            WarmUp::Failed(failed) => {
+                assert!(
+                    failed[0].reason.contains("GroupAuthorizationFailed"),
+                    "{failed:?}"
+                );
+            }
+            other => panic!("expected a failure, got {other:?}"),
+        }
+        board.with_group(|g| g.assigned(Vec::new()));
+        assert_eq!(board.readiness(10).warm_up(), WarmUp::Warm, "granted since");
+        board.with_group(|g| g.ended("FencedInstanceId".into()));
         assert!(matches!(board.readiness(10).warm_up(), WarmUp::Failed(_)));
     }
 }

@@ -303,7 +303,8 @@ pub(super) fn join(
                     }
                     Some(Err(error)) => {
                         tracing::warn!(%error, "consumer group member");
-                        board.with_group(|g| g.error = Some(error.to_string()));
+                        let refused = group::refused(&error);
+                        board.with_group(|g| g.member_error(error.to_string(), refused));
                     }
                     _ => {}
                 }
