@@ -102,7 +102,7 @@ pub enum ConfigProblem {
     NoGroupId,
     #[error("stores: at least one store is required")]
     NoStores,
-    #[error("restore.{field} must be greater than 0")]
+    #[error("{field} must be greater than 0")]
     Zero { field: &'static str },
     #[error("restore.max_parallel_restores is the old name of restore.catch_up_turns; set only catch_up_turns")]
     BothTurnNames,
@@ -312,10 +312,24 @@ impl Config {
             return Err(P::NoStores);
         }
         let restore = &self.restore;
+        let rocksdb = &self.rocksdb;
+        // A zero memtable budget is RocksDB's "no budget": memtables would grow with the stores.
+        let zero_bytes = |size: Option<ByteSize>| size.is_some_and(|b| b.0 == 0);
         for (field, zero) in [
-            ("commit_interval", restore.commit_interval.is_zero()),
-            ("max_uncommitted_bytes", restore.max_uncommitted_bytes == 0),
-            ("catch_up_turns", restore.catch_up_turns == 0),
+            ("restore.commit_interval", restore.commit_interval.is_zero()),
+            (
+                "restore.max_uncommitted_bytes",
+                restore.max_uncommitted_bytes == 0,
+            ),
+            ("restore.catch_up_turns", restore.catch_up_turns == 0),
+            (
+                "rocksdb.total_write_buffer_size",
+                zero_bytes(rocksdb.total_write_buffer_size),
+            ),
+            (
+                "rocksdb.write_buffer_size",
+                zero_bytes(rocksdb.write_buffer_size),
+            ),
         ] {
             if zero {
                 return Err(P::Zero { field });
@@ -483,6 +497,21 @@ stores:
             .unwrap_err()
             .to_string();
         assert!(e.contains("restore.catch_up_turns"), "{e}");
+        for (line, field) in [
+            ("  write_buffer_size: 0", "rocksdb.write_buffer_size"),
+            (
+                "  write_buffer_size: 64MiB\n  total_write_buffer_size: 0B",
+                "rocksdb.total_write_buffer_size",
+            ),
+        ] {
+            let e = Config::parse(&FULL.replace("  write_buffer_size: 64MiB", line), None)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("{field} must be greater than 0")),
+                "{e}"
+            );
+        }
         let no_stores = "kafka: {bootstrap.servers: x}\nstores: []";
         assert!(Config::parse(no_stores, None)
             .unwrap_err()
