@@ -294,7 +294,7 @@ fn main() -> ExitCode {
         Command::ConfigSchema => print_json(&warmstore::config::json_schema()),
         Command::CheckConfig { config } => match config.load() {
             Ok(c) => {
-                for message in &c.restore.deprecated {
+                for message in c.warnings() {
                     eprintln!("warning: {message}");
                 }
                 println!("{}: ok ({} stores)", config.path.display(), c.stores.len());

@@ -40,6 +40,26 @@ fn a_good_config_passes() {
     );
 }
 
+/// A consumer config copied from elsewhere passes (every `kafka:` key goes to librdkafka), but
+/// the user is told what it gives up.
+#[test]
+fn a_kafka_property_that_gives_up_a_guarantee_passes_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, err) = check(dir.path(), GOOD);
+    assert_eq!((code, err.contains("warning")), (Some(0), false), "{err}");
+    let copied = GOOD.replace(
+        "  bootstrap.servers: 127.0.0.1:9092",
+        "  bootstrap.servers: 127.0.0.1:9092\n  auto.offset.reset: earliest",
+    );
+    let (code, err) = check(dir.path(), &copied);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("warning: kafka.auto.offset.reset is `earliest`")
+            && err.contains("instead of being wiped and rebuilt"),
+        "{err}"
+    );
+}
+
 #[test]
 fn an_unknown_field_names_the_field_and_line() {
     let dir = tempfile::tempdir().unwrap();

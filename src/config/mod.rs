@@ -338,6 +338,14 @@ impl Config {
         stores::validate(&self.stores)
     }
 
+    /// What to warn about at start (and in `check-config`): deprecated names, and `kafka:`
+    /// properties that give up one of the consumers' guarantees.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = self.restore.deprecated.clone();
+        warnings.extend(crate::kafka::consumers::weakened_defaults(&self.kafka));
+        warnings
+    }
+
     /// Store options for this process. Call once: each call makes a new shared memtable budget.
     pub fn store_options(&self) -> StoreOptions {
         StoreOptions {

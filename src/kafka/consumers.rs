@@ -98,6 +98,25 @@ pub fn placeholder_group_refused(error: &KafkaError) -> bool {
     error.rdkafka_error_code() == Some(RDKafkaErrorCode::GroupAuthorizationFailed)
 }
 
+/// What the user's `kafka:` properties give up of the defaults above, one sentence each: they are
+/// passed through as given, but a copied consumer config can quietly trade away a guarantee.
+pub fn weakened_defaults(kafka: &BTreeMap<String, String>) -> Vec<String> {
+    let set = |key: &str| kafka.get(key).map(|v| v.trim().to_ascii_lowercase());
+    let mut warnings = Vec::new();
+    if let Some(reset) = set("auto.offset.reset").filter(|v| v != "error") {
+        warnings.push(format!(
+            "kafka.auto.offset.reset is `{reset}`: a partition whose position falls out of range (retention or compaction passing it) then jumps on silently instead of being wiped and rebuilt, so its store can keep records the changelog no longer has; the default is `error`"
+        ));
+    }
+    if set("isolation.level").as_deref() == Some("read_uncommitted") {
+        warnings.push("kafka.isolation.level is `read_uncommitted`: records of aborted transactions reach the stores, which is harmless only if nothing writes the changelogs in transactions (exactly-once); the default is `read_committed`".to_string());
+    }
+    if set("check.crcs").as_deref() == Some("false") {
+        warnings.push("kafka.check.crcs is `false`: a damaged uncompressed batch is stored as it came instead of failing its partition; the default is `true`".to_string());
+    }
+    warnings
+}
+
 /// The catching-up consumer's config: the same, with a short fetch wait.
 pub fn catching_up_config(kafka: &BTreeMap<String, String>) -> ClientConfig {
     let mut config = client_config(kafka);
@@ -271,6 +290,34 @@ mod tests {
         assert_eq!(client_config(&kafka).get("fetch.wait.max.ms"), Some("500"));
         kafka.insert("fetch.wait.max.ms".to_string(), "2".to_string());
         assert_eq!(wait(&kafka).as_deref(), Some("2"));
+    }
+
+    #[test]
+    fn overriding_a_guarantee_is_warned_about_and_restating_a_default_is_not() {
+        let kafka = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert!(weakened_defaults(&kafka(&[])).is_empty());
+        let defaults = kafka(&[
+            ("auto.offset.reset", "error"),
+            ("isolation.level", "read_committed"),
+            ("check.crcs", "true"),
+            ("fetch.wait.max.ms", "100"),
+        ]);
+        assert!(weakened_defaults(&defaults).is_empty());
+        let copied = kafka(&[
+            ("auto.offset.reset", "earliest"),
+            ("isolation.level", "READ_UNCOMMITTED"),
+            ("check.crcs", "false"),
+        ]);
+        let warnings = weakened_defaults(&copied);
+        assert_eq!(warnings.len(), 3, "{warnings:#?}");
+        assert!(warnings[0].starts_with("kafka.auto.offset.reset is `earliest`"));
+        assert!(warnings[1].contains("aborted transactions"));
+        assert!(warnings[2].contains("damaged"));
     }
 
     #[test]

@@ -65,7 +65,7 @@ impl Engine {
             compaction = pools.compaction,
             "RocksDB background threads"
         );
-        for message in &config.restore.deprecated {
+        for message in config.warnings() {
             tracing::warn!("{message}");
         }
         let descriptor_limit = match crate::store::descriptors::raise_limit() {
