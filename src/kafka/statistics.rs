@@ -224,13 +224,14 @@ impl ClientContext for EngineContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        let due = self.warnings.due_now(&error.to_string());
         if placeholder_group_refused(&error) {
-            if self.warnings.due_now(&error.to_string()).is_some() {
+            if due.is_some() {
                 tracing::info!(reason, "the broker refuses the lookup of the consumers' placeholder group.id; harmless, they never join or commit to it");
             }
             return;
         }
-        if let Some(repeats_not_logged) = self.warnings.due_now(&error.to_string()) {
+        if let Some(repeats_not_logged) = due {
             tracing::warn!(%error, reason, repeats_not_logged, "kafka client error; librdkafka retries on its own");
         }
         // "All brokers down" follows the error that says why (a refused handshake or login);
