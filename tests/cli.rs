@@ -223,3 +223,33 @@ fn an_unreachable_broker_is_logged_once_not_on_every_retry() {
         .expect("a logged shutdown");
     assert!(!stopping.contains("retrying"), "{stopping}");
 }
+
+/// In an outage every request to Kafka takes its whole timeout (10 s), and they run a few at a
+/// time on the engine's blocking threads. A stop that waited for each partition's request for its
+/// log's offsets, and each store's listing of its changelog, took four minutes at 100 partitions
+/// (by hand: 246 s), past any pod's grace period, while saying that stores were still closing.
+/// Nothing is open yet, so a stop need not wait for any answer.
+#[test]
+fn a_stop_during_an_outage_does_not_wait_for_requests_to_kafka() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.yaml");
+    let listed: Vec<String> = (0..100).map(|p| p.to_string()).collect();
+    let mut text = format!(
+        "kafka:\n  bootstrap.servers: 127.0.0.1:9\nstate_dir: {}\nhttp:\n  listen: 127.0.0.1:0\nstores:\n  - name: listed\n    changelog: t\n    partitions: [{}]\n",
+        dir.path().join("state").display(),
+        listed.join(", ")
+    );
+    for s in 0..30 {
+        text.push_str(&format!("  - name: s{s}\n    changelog: t{s}\n"));
+    }
+    std::fs::write(&config, text).unwrap();
+    let log = dir.path().join("stderr");
+    let child = Running::warmstore_run(&config, &log);
+    std::thread::sleep(Duration::from_secs(3));
+    // Waiting out the requests takes 100 x 10 s and 30 x 10 s, four at a time; not waiting, well
+    // under a second.
+    let code = child.stop(Duration::from_secs(60));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("shutdown requested"), "{text}");
+}

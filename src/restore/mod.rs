@@ -370,7 +370,12 @@ impl StoreSetup {
         loop {
             let (consumer, topic) = (self.launcher.tailing.clone(), self.store.changelog.clone());
             let request = blocking(move || consumers::partitions_of(&consumer, &topic));
-            match request.await {
+            let listed = tokio::select! {
+                listed = request => listed,
+                // As in `follow_added_partitions`: shutdown does not wait out the request.
+                _ = self.launcher.stop.requested() => return None,
+            };
+            match listed {
                 Ok(partitions) => {
                     self.launcher.board.set_store_error(&self.store.name, None);
                     return Some(partitions);

@@ -181,18 +181,22 @@ impl Worker {
         }
     }
 
-    /// The log's offsets, asked of the broker. The request blocks for up to its timeout, so it
-    /// runs on a blocking thread; while it waits (or waits for a thread), a known outage shows.
+    /// The log's offsets, asked of the broker, or `None` when a stop comes first. The request
+    /// blocks for up to its timeout, so it runs on a blocking thread; while it waits (or waits for
+    /// a thread), a known outage shows. A stop does not wait for the answer: in an outage every
+    /// partition's request takes its whole timeout, a few blocking threads at a time, and 100
+    /// partitions took four minutes to stop, past any pod's grace period.
     /// It goes through the catching-up consumer: a broker answers one connection's requests in
     /// order, and the tailing consumer's connection carries a fetch the broker holds for up to
     /// `fetch.wait.max.ms`, which every open queued behind (8 opens a second at 1,000 partitions).
-    async fn bounds(&self) -> Result<LogBounds, Failure> {
+    async fn bounds(&self) -> Result<Option<LogBounds>, Failure> {
         let (consumer, tp) = (self.catching_up.clone(), self.tp.clone());
         let request = blocking(move || consumers::log_bounds(&consumer, &tp.topic, tp.partition));
         tokio::pin!(request);
         let answer = loop {
             tokio::select! {
                 answer = &mut request => break answer,
+                _ = self.stop.requested() => return Ok(None),
                 _ = tokio::time::sleep(OUTAGE_LOOK_EVERY) => {
                     self.show_outage();
                 }
@@ -206,16 +210,18 @@ impl Worker {
         self.watermarks.set(low, high);
         self.status.log_start.store(low, Relaxed);
         self.status.end_offset.store(high, Relaxed);
-        Ok(LogBounds {
+        Ok(Some(LogBounds {
             log_start: low,
             high_watermark: high,
-        })
+        }))
     }
 
     async fn attempt(&self) -> Result<(), Failure> {
         self.status
             .set_state(PartitionState::Opening, self.status.error());
-        let bounds = self.bounds().await?;
+        let Some(bounds) = self.bounds().await? else {
+            return Ok(());
+        };
         let (paths, tp, options) = (self.paths.clone(), self.tp.clone(), self.options.clone());
         let on_unclean = self.restore.on_unclean_shutdown;
         let (store, outcome) =
@@ -282,7 +288,7 @@ impl Worker {
                 _ if self.stop.is_requested() => Ok(Some(Event::StopRequested)),
                 Phase::Waiting => Ok(Some(self.wait_for_turn(&mut run).await)),
                 Phase::Wiping { .. } => match self.wiping_bounds().await {
-                    Ok(bounds) => {
+                    Ok(Some(bounds)) => {
                         // A wipe that fails leaves no store to close: the attempt ends here, as
                         // the machine's `Dropped` would end it.
                         store = self.wipe(store, &mut run, bounds).await?;
@@ -290,6 +296,7 @@ impl Worker {
                             far_behind: self.far_behind(run.next, bounds.high_watermark),
                         }))
                     }
+                    Ok(None) => Ok(Some(Event::StopRequested)),
                     Err(f) => Err(f),
                 },
                 Phase::CatchingUp { .. } | Phase::Tailing => {
@@ -457,8 +464,8 @@ impl Worker {
         }
     }
 
-    /// The log's bounds for a rebuild, shown as `wiping` while asked for.
-    async fn wiping_bounds(&self) -> Result<LogBounds, Failure> {
+    /// The log's bounds for a rebuild, shown as `wiping` while asked for; `None` on a stop.
+    async fn wiping_bounds(&self) -> Result<Option<LogBounds>, Failure> {
         self.status.set_state(PartitionState::Wiping, None);
         self.bounds().await
     }
