@@ -15,14 +15,24 @@ use super::{
 
 /// A new store, under the marker: RocksDB writes a database in steps, and a kill between them
 /// leaves files that, read without the marker, look damaged or foreign.
+///
+/// A creation that fails with an error (no space or no descriptor left, say) takes back what it
+/// made, marker included: there is no store yet, only its debris. Left under the marker, the next
+/// attempt would report an earlier run cut short and count a wipe of a store that never held
+/// anything, which raises the wipe alert. If taking it back fails too (out of descriptors, the
+/// removal often is), the marker stays and the next open rebuilds the store as before.
 pub(super) fn create(
     paths: &StorePaths,
     tp: &TopicPartition,
     options: &StoreOptions,
 ) -> Result<DB, StoreError> {
-    under_marker(paths, "creating the store", || {
+    let created = under_marker(paths, "creating the store", || {
         create_fresh(paths, tp, options)
-    })
+    });
+    if created.is_err() && remove_store_dir(&paths.db).is_ok() {
+        let _ = fs::remove_file(&paths.marker);
+    }
+    created
 }
 
 fn create_fresh(

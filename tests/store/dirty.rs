@@ -347,3 +347,29 @@ fn wipe_at_run_time_keeps_the_lock_and_leaves_an_empty_store() {
     assert!(matches!(second, Err(StoreError::Locked { .. })));
     assert_rebuilt(dir.path(), store);
 }
+
+/// A creation that fails with an error (no descriptor or no space left, say), rather than one a
+/// kill cut short, takes back what it made. Left under its marker, the next attempt found "an
+/// earlier run was cut short" and counted a wipe of a store that never held anything: by hand,
+/// 70 such wipes of 200 partitions, and their alert, after a run short of descriptors was given
+/// more (11 with this, where the removal ran short of descriptors too). The failure here: a
+/// directory where the metadata file goes, which the write cannot replace.
+#[test]
+fn a_creation_that_fails_is_taken_back_not_wiped_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = paths(dir.path());
+    fs::create_dir_all(paths.db.join("warmstore.json").join("in-the-way")).unwrap();
+    let failed = Store::open(
+        paths.clone(),
+        tp(),
+        &StoreOptions::default(),
+        UncleanPolicy::Resume,
+        None,
+    );
+    assert!(failed.is_err(), "the creation fails");
+    assert!(!paths.marker.exists(), "the marker is taken back");
+    assert!(!paths.db.exists(), "what the creation made is taken back");
+    let (store, outcome) = open(dir.path());
+    assert_eq!(outcome, OpenOutcome::Empty);
+    store.close(None).unwrap();
+}
