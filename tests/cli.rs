@@ -193,22 +193,8 @@ fn logs_written_to_a_pipe_carry_no_colour_codes() {
 /// lines a second for as long as the outage lasts; `/readyz` and `/stores` show it meanwhile.
 #[test]
 fn an_unreachable_broker_is_logged_once_not_on_every_retry() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("c.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "kafka:\n  bootstrap.servers: 127.0.0.1:9\nstate_dir: {}\nhttp:\n  listen: 127.0.0.1:0\nstores:\n  - name: counts\n    changelog: t\n",
-            dir.path().join("state").display()
-        ),
-    )
-    .unwrap();
-    let log = dir.path().join("stderr");
-    let child = Running::warmstore_run(&config, &log);
-    std::thread::sleep(Duration::from_secs(4));
-    let code = child.stop(Duration::from_secs(30));
-    let text = std::fs::read_to_string(&log).unwrap();
-    assert_eq!(code, Some(0), "{text}");
+    let stores = "  - name: counts\n    changelog: t\n";
+    let text = stopped_in_an_outage("", stores, Duration::from_secs(4));
     let errors = text
         .lines()
         .filter(|l| l.contains("kafka client error") || l.contains("consumer error"))
@@ -240,7 +226,7 @@ fn a_stop_during_an_outage_does_not_wait_for_requests_to_kafka() {
         stores.push_str(&format!("  - name: s{s}\n    changelog: t{s}\n"));
     }
     // Waiting out the requests takes 100 x 10 s and 30 x 10 s, four at a time.
-    stop_in_an_outage("", &stores);
+    stopped_in_an_outage("", &stores, Duration::from_secs(3));
 }
 
 /// A group member counts the partitions of its changelogs, one request each: a member of 10
@@ -250,12 +236,14 @@ fn a_group_member_stops_during_an_outage_without_waiting_for_kafka() {
     let stores: String = (0..10)
         .map(|s| format!("  - name: s{s}\n    changelog: t{s}\n"))
         .collect();
-    stop_in_an_outage("assignment:\n  mode: group\n  group_id: g\n", &stores);
+    let group = "assignment:\n  mode: group\n  group_id: g\n";
+    stopped_in_an_outage(group, &stores, Duration::from_secs(3));
 }
 
-/// Runs `warmstore run` against a port nothing listens on, then stops it with SIGTERM: it must
-/// exit 0 well before the requests it abandons would have timed out (by hand: about 0.1 s).
-fn stop_in_an_outage(assignment: &str, stores: &str) {
+/// Runs `warmstore run` against a port nothing listens on for `running`, then stops it with
+/// SIGTERM: it must exit 0 well before the requests it abandons would have timed out (by hand:
+/// about 0.1 s). Returns its log.
+fn stopped_in_an_outage(assignment: &str, stores: &str, running: Duration) -> String {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("c.yaml");
     let text = format!(
@@ -265,9 +253,10 @@ fn stop_in_an_outage(assignment: &str, stores: &str) {
     std::fs::write(&config, text).unwrap();
     let log = dir.path().join("stderr");
     let child = Running::warmstore_run(&config, &log);
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(running);
     let code = child.stop(Duration::from_secs(60));
     let text = std::fs::read_to_string(&log).unwrap();
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("shutdown requested"), "{text}");
+    text
 }
