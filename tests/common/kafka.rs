@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use super::free_port;
+use super::free_ports;
 
 pub const SCRAM_USER: &str = "warmstore";
 pub const SCRAM_PASSWORD: &str = "scram-secret";
@@ -67,7 +67,7 @@ impl Kafka {
         let dir = work_dir();
         make_certificates(&dir);
         let [plaintext, ssl, sasl_ssl, controller, corruptible, proxy] =
-            [(); 6].map(|_| format!("127.0.0.1:{}", free_port()));
+            free_ports::<6>().map(|port| format!("127.0.0.1:{port}"));
         let kafka = Kafka {
             plaintext,
             ssl,

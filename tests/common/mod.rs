@@ -333,11 +333,15 @@ pub fn poll_until<T>(timeout: Duration, mut get: impl FnMut() -> Option<T>) -> O
 
 /// A free loopback port (bound, then released).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    free_ports::<1>()[0]
+}
+
+/// `N` distinct free loopback ports. Each is held until all are found: one released before the
+/// next is asked for can come back again, and a broker given one port for two listeners refuses
+/// to start (it happened).
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    let held = [(); N].map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+    held.map(|listener| listener.local_addr().unwrap().port())
 }
 
 /// Minimal HTTP/1.0 GET: (status, body). Errors become status 0 so callers can poll.
