@@ -341,10 +341,9 @@ impl StoreSetup {
         let stop = &self.launcher.stop;
         while !stop.sleep(LIST_PARTITIONS_EVERY).await {
             let (consumer, topic) = (self.launcher.tailing.clone(), self.store.changelog.clone());
-            let listed = tokio::select! {
-                listed = blocking(move || consumers::partitions_of(&consumer, &topic)) => listed,
-                // Shutdown does not wait for a lookup that an outage holds up.
-                _ = stop.requested() => return,
+            let listing = blocking(move || consumers::partitions_of(&consumer, &topic));
+            let Some(listed) = stop.unless_requested(listing).await else {
+                return;
             };
             match listed {
                 Ok(listed) => {
@@ -370,12 +369,7 @@ impl StoreSetup {
         loop {
             let (consumer, topic) = (self.launcher.tailing.clone(), self.store.changelog.clone());
             let request = blocking(move || consumers::partitions_of(&consumer, &topic));
-            let listed = tokio::select! {
-                listed = request => listed,
-                // As in `follow_added_partitions`: shutdown does not wait out the request.
-                _ = self.launcher.stop.requested() => return None,
-            };
-            match listed {
+            match self.launcher.stop.unless_requested(request).await? {
                 Ok(partitions) => {
                     self.launcher.board.set_store_error(&self.store.name, None);
                     return Some(partitions);

@@ -5,11 +5,10 @@
 
 use rdkafka::error::KafkaError;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::tasks::Stop;
+use super::tasks::{blocking, Stop};
 use super::{EngineError, Launcher, Running};
 use crate::config::{Config, GroupConfig, StoreConfig};
 use crate::kafka::consumers::ChangelogConsumer;
@@ -251,48 +250,28 @@ fn count_changelog_partitions(
     total
 }
 
-/// Counts the changelogs' partitions (`count_changelog_partitions`) on a thread of its own, one
-/// count at a time, so that neither the member's polls nor a stop wait for it: in an outage each
-/// listing takes its whole timeout (10 s), and a member of 10 changelogs that counted on its own
-/// thread took 96 s to stop. It lists through the engine's tailing consumer, which stays open for
-/// as long as a count needs it.
-struct Census {
-    consumer: Arc<ChangelogConsumer>,
-    changelogs: Arc<[String]>,
-    stores: Arc<[StoreConfig]>,
-    board: Arc<Board>,
-    counting: Arc<AtomicBool>,
-}
-
-impl Census {
-    /// Starts a count unless one is under way; false if one is (a count that could not start
-    /// is logged, and tried again at the next round).
-    fn start(&self) -> bool {
-        if self.counting.swap(true, Relaxed) {
-            return false;
+/// Counts the changelogs' partitions (`count_changelog_partitions`) every
+/// `LIST_PARTITIONS_EVERY`, as a task of the engine beside the member, the way `all` mode lists its
+/// changelogs again: neither the member's polls nor a stop wait for it. In an outage each listing
+/// takes its whole timeout (10 s), and a member of 10 changelogs that counted on its own thread
+/// took 96 s to stop. It lists through the engine's tailing consumer.
+async fn census(launcher: Launcher, changelogs: Arc<[String]>) {
+    let stop = launcher.stop.clone();
+    loop {
+        let (consumer, board) = (launcher.tailing.clone(), launcher.board.clone());
+        let (stores, topics) = (launcher.config.stores.clone(), changelogs.clone());
+        let count =
+            blocking(move || count_changelog_partitions(&consumer, &topics, &stores, &board));
+        match stop.unless_requested(count).await {
+            None => return,
+            Some(Some(total)) => launcher
+                .board
+                .with_group(|g| g.changelog_partitions = Some(total)),
+            Some(None) => {}
         }
-        let (consumer, changelogs, stores, board, counting) = (
-            self.consumer.clone(),
-            self.changelogs.clone(),
-            self.stores.clone(),
-            self.board.clone(),
-            self.counting.clone(),
-        );
-        let started = std::thread::Builder::new()
-            .name("group-census".into())
-            .spawn(move || {
-                if let Some(total) =
-                    count_changelog_partitions(&consumer, &changelogs, &stores, &board)
-                {
-                    board.with_group(|g| g.changelog_partitions = Some(total));
-                }
-                counting.store(false, Relaxed);
-            });
-        if let Err(error) = started {
-            tracing::warn!(%error, "cannot start a thread to count the changelogs' partitions; trying again later");
-            self.counting.store(false, Relaxed);
+        if stop.sleep(super::LIST_PARTITIONS_EVERY).await {
+            return;
         }
-        true
     }
 }
 
@@ -322,17 +301,14 @@ pub(super) fn join(
     let member = group::join(&config.kafka, group, &names, ownership.clone())?;
     tracing::info!(group_id = %group.group_id, instance_id = group.instance_id.as_deref().unwrap_or("(dynamic)"),
         changelogs = changelogs.len(), "joining the consumer group");
-    let census = Census {
-        consumer: ownership.launcher.tailing.clone(),
-        changelogs: changelogs.into(),
-        stores: ownership.launcher.config.stores.clone().into(),
-        board: board.clone(),
-        counting: Arc::default(),
-    };
+    let launcher = ownership.launcher.clone();
+    launcher.tasks.spawn(
+        "changelog census".into(),
+        census(launcher.clone(), changelogs.into()),
+    );
     std::thread::Builder::new()
         .name("group-member".into())
         .spawn(move || {
-            let mut counted: Option<Instant> = None;
             let mut ended = false;
             while !stop.is_requested() {
                 if ended {
@@ -340,11 +316,6 @@ pub(super) fn join(
                     std::thread::sleep(MEMBER_POLL);
                     ownership.delete_expired(Instant::now());
                     continue;
-                }
-                if counted.is_none_or(|at| at.elapsed() >= super::LIST_PARTITIONS_EVERY)
-                    && census.start()
-                {
-                    counted = Some(Instant::now());
                 }
                 match member.poll(MEMBER_POLL) {
                     Some(Err(error @ KafkaError::MessageConsumptionFatal(_))) => {

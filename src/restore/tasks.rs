@@ -79,6 +79,16 @@ impl Stop {
         }
     }
 
+    /// What `work` gives, or `None` if a stop is requested first. A blocking call that `work`
+    /// waits on still runs to its end; only nothing waits for it any more, so a stop is not held
+    /// up by a request that an outage makes take its whole timeout.
+    pub async fn unless_requested<T>(&self, work: impl Future<Output = T>) -> Option<T> {
+        tokio::select! {
+            value = work => Some(value),
+            _ = self.requested() => None,
+        }
+    }
+
     /// Sleeps for `duration`, or less if a stop is requested; true when it was.
     pub async fn sleep(&self, duration: std::time::Duration) -> bool {
         tokio::select! {
